@@ -1,0 +1,144 @@
+"""Batch size and learning-rate scaling across replicas.
+
+With N replicas, each step consumes N per-replica batches, so the global batch
+is N times larger and gradients are averaged over N times more examples. The
+usual correction multiplies the learning rate by N (linear, Goyal et al. 2017)
+or by sqrt(N), with a warm-up so that the first steps do not diverge.
+
+Example:
+
+>>> global_batch_size(64, num_replicas=2)
+128
+>>> scale_learning_rate(0.1, num_replicas=4, rule="sqrt")
+0.2
+"""
+
+import math
+from typing import Optional, Union
+
+import tensorflow as tf
+import tf_keras
+
+SCALING_RULES = ("linear", "sqrt", "none")
+StrategyOrCount = Union[int, tf.distribute.Strategy]
+
+
+def _num_replicas(strategy_or_count: StrategyOrCount) -> int:
+  if isinstance(strategy_or_count, tf.distribute.Strategy):
+    return strategy_or_count.num_replicas_in_sync
+  if isinstance(strategy_or_count, bool) or not isinstance(strategy_or_count, int) \
+      or strategy_or_count < 1:
+    raise ValueError(
+        "`num_replicas` must be an integer >= 1 or a tf.distribute.Strategy. "
+        f"Received: {strategy_or_count!r}")
+  return strategy_or_count
+
+
+def global_batch_size(per_replica_batch_size: int, num_replicas: StrategyOrCount) -> int:
+  """The batch one synchronous step consumes: per-replica batch x replicas.
+
+  Args:
+    per_replica_batch_size: examples each replica sees per step.
+    num_replicas: a count or a strategy (its `num_replicas_in_sync`).
+
+  Returns:
+    The global batch size to batch the dataset with.
+
+  Raises:
+    ValueError: a size is not a positive integer.
+  """
+  if isinstance(per_replica_batch_size, bool) or not isinstance(per_replica_batch_size, int) \
+      or per_replica_batch_size < 1:
+    raise ValueError(
+        f"`per_replica_batch_size` must be an integer >= 1. Received: {per_replica_batch_size!r}")
+  return per_replica_batch_size * _num_replicas(num_replicas)
+
+
+def per_replica_batch_size(global_batch_size: int, num_replicas: StrategyOrCount) -> int:
+  """The batch each replica sees, from the global batch.
+
+  Raises:
+    ValueError: the global batch does not divide evenly across replicas.
+  """
+  n = _num_replicas(num_replicas)
+  if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) \
+      or global_batch_size < n or global_batch_size % n:
+    nearest = n * max(1, round(global_batch_size / n)) if isinstance(global_batch_size, int) else n
+    raise ValueError(
+        f"`global_batch_size` must be a positive multiple of the {n} replicas, so "
+        f"every replica gets the same batch; use e.g. {nearest}. "
+        f"Received: global_batch_size={global_batch_size!r}")
+  return global_batch_size // n
+
+
+def scale_learning_rate(base_learning_rate: float, num_replicas: StrategyOrCount,
+                        rule: str = "linear") -> float:
+  """The learning rate for `num_replicas`, from one tuned for a single replica.
+
+  Args:
+    base_learning_rate: the rate that works at the per-replica batch size.
+    num_replicas: a count or a strategy.
+    rule: "linear" (x N), "sqrt" (x sqrt N) or "none".
+
+  Raises:
+    ValueError: unknown rule or non-positive rate.
+  """
+  if rule not in SCALING_RULES:
+    raise ValueError(f"`rule` must be one of {list(SCALING_RULES)}. Received: {rule!r}")
+  if not base_learning_rate > 0:
+    raise ValueError(f"`base_learning_rate` must be > 0. Received: {base_learning_rate!r}")
+  n = _num_replicas(num_replicas)
+  factor = {"linear": n, "sqrt": math.sqrt(n), "none": 1}[rule]
+  return base_learning_rate * factor
+
+
+class WarmUp(tf_keras.optimizers.schedules.LearningRateSchedule):
+  """Linear warm-up from `initial_learning_rate` to a target, then the target.
+
+  The target is a float or another schedule, which then starts counting after
+  the warm-up.
+
+  Example:
+
+  >>> lr = WarmUp(0.1, target=scale_learning_rate(0.1, 4), warmup_steps=100)
+  >>> optimizer = tfdist.keras.optimizers.SGD(lr)
+  """
+
+  def __init__(self, initial_learning_rate: float, target, warmup_steps: int):
+    super().__init__()
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+      raise ValueError(f"`warmup_steps` must be an integer >= 0. Received: {warmup_steps!r}")
+    self.initial_learning_rate = initial_learning_rate
+    self.target = target
+    self.warmup_steps = warmup_steps
+
+  def _target_at(self, step):
+    if callable(self.target):
+      return tf.cast(self.target(step - self.warmup_steps), tf.float32)
+    return tf.constant(self.target, tf.float32)
+
+  def __call__(self, step):
+    step = tf.cast(step, tf.float32)
+    target = self._target_at(step)
+    if self.warmup_steps == 0:
+      return target
+    fraction = tf.minimum(step / self.warmup_steps, 1.0)
+    warm = self.initial_learning_rate + fraction * (target - self.initial_learning_rate)
+    return tf.where(step < self.warmup_steps, warm, target)
+
+  def get_config(self):
+    target = self.target
+    if isinstance(target, tf_keras.optimizers.schedules.LearningRateSchedule):
+      target = tf_keras.optimizers.schedules.serialize(target)
+    return {"initial_learning_rate": self.initial_learning_rate, "target": target,
+            "warmup_steps": self.warmup_steps}
+
+
+def scaled_learning_rate(base_learning_rate: float, num_replicas: StrategyOrCount, *,
+                         rule: str = "linear", warmup_steps: int = 0,
+                         ) -> Union[float, WarmUp]:
+  """The scaled rate, warmed up from the base rate over `warmup_steps` if > 0."""
+  target = scale_learning_rate(base_learning_rate, num_replicas, rule)
+  if not warmup_steps:
+    return target
+  return WarmUp(base_learning_rate, target=target, warmup_steps=warmup_steps)
