@@ -38,7 +38,7 @@ def list_devices() -> Devices:
 
 
 def split_physical_device(num_devices: int, *, device_type: str = "CPU",
-                          memory_limit_mb: Optional[int] = None) -> List[str]:
+                          memory_limit_mb: Optional[int] = None) -> None:
   """Splits the first physical device of `device_type` into `num_devices` logical ones.
 
   Call it before anything runs on TensorFlow. Calling it again with the same
@@ -49,8 +49,8 @@ def split_physical_device(num_devices: int, *, device_type: str = "CPU",
     device_type: "CPU" or "GPU".
     memory_limit_mb: per logical device; required for a GPU, unused for a CPU.
 
-  Returns:
-    The logical device names of `device_type`.
+  It does not start the TensorFlow runtime, so multi_worker_mirrored can still
+  be created afterwards.
 
   Raises:
     ValueError: bad count, type or missing memory limit, or no such device.
@@ -75,14 +75,13 @@ def split_physical_device(num_devices: int, *, device_type: str = "CPU",
   except RuntimeError as e:
     current = tf.config.list_logical_devices(device_type)
     if len(current) == num_devices:
-      return [d.name for d in current]
+      return
     raise RuntimeError(
         f"Cannot split the {device_type} into {num_devices} logical devices: TensorFlow "
         f"has already started with {len(current)}. Call "
         "tfdist.devices.split_physical_device() first thing in the program (in "
         "pytest, in conftest.py; in a notebook, restart the kernel). "
         f"Received: num_devices={num_devices}, current={[d.name for d in current]}") from e
-  return [d.name for d in tf.config.list_logical_devices(device_type)]
 
 
 def set_memory_growth(enabled: bool = True) -> List[str]:

@@ -4,6 +4,7 @@ This is how a parameter-server job runs on one machine without launching
 processes, for tests, notebooks and `tfdist compare`.
 """
 
+import os
 from typing import List
 
 import tensorflow as tf
@@ -54,3 +55,19 @@ def start_servers(spec: cluster_lib.ClusterSpec,
           f"{spec.address(task)}: the port is probably taken. Build the spec with "
           f"`ClusterSpec.local(...)` for fresh ports. Received: {e.message}") from e
   return servers
+
+
+def serve(resolver) -> None:
+  """Runs this process as the worker or ps task `resolver` names, until killed.
+
+  In parameter-server training only the coordinator (chief) runs the training
+  program; every worker and ps task just serves. Never returns.
+  """
+  # Fail fast on a lost peer so the coordinator can reschedule (TF's PS guide).
+  os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+  server = tf.distribute.Server(
+      resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
+      protocol=resolver.rpc_layer or "grpc", start=True)
+  print(f"tfdist: serving as {resolver.task_type}:{resolver.task_id} at "
+        f"{server.target}", flush=True)
+  server.join()

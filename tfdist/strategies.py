@@ -306,6 +306,10 @@ def _parameter_server(cluster: ClusterArg = None,
       (at most one shard per ps task). Exclusive with `num_ps_shards`.
     in_process: start every worker and ps of `cluster` as servers inside this
       process, and coordinate from here. For one machine, tests and notebooks.
+
+  On a worker or ps task (per TF_CONFIG or `cluster`) this call starts the
+  task's server and never returns: in parameter-server training only the chief
+  runs the program, so one script serves every task unchanged.
   """
   if num_ps_shards is not None and min_shard_bytes is not None:
     raise ValueError(
@@ -331,6 +335,8 @@ def _parameter_server(cluster: ClusterArg = None,
         task_id=cluster.task.index if cluster.task else None, rpc_layer="grpc")
   else:
     resolver = _resolver_for("parameter_server", cluster)
+    if resolver.task_type in (cluster_lib.WORKER, cluster_lib.PS):
+      servers_lib.serve(resolver)  # Never returns: these tasks only serve.
   num_ps = len(resolver.cluster_spec().as_dict().get(cluster_lib.PS, ()))
   partitioner = None
   if num_ps_shards is not None:

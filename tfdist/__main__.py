@@ -1,0 +1,5 @@
+"""`python -m tfdist ...` is the `tfdist` command."""
+
+from tfdist.cli.main import run
+
+run()

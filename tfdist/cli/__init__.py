@@ -1,0 +1,1 @@
+"""absl mains of the `tfdist` command. Flags are defined here only, never in the library."""

@@ -1,0 +1,116 @@
+"""`tfdist train --strategy mirrored --devices 2`
+
+Trains the default model (a small CNN on the embedded digits) under any
+strategy. For multi_worker_mirrored and parameter_server it starts a local
+cluster itself (one process per task, via `tfdist launch`) unless TF_CONFIG
+says it already runs inside one.
+"""
+
+import json
+import os
+import sys
+
+from absl import flags
+
+from tfdist import cluster as cluster_lib
+from tfdist import launch as launch_lib
+from tfdist import scaling
+from tfdist import strategies
+from tfdist.strategies import COMMUNICATION, CROSS_DEVICE_OPS
+
+_STRATEGY = flags.DEFINE_enum(
+    "strategy", "one_device",
+    ["default", "one_device", "mirrored", "central_storage", "multi_worker_mirrored",
+     "parameter_server"], "Strategy name.")
+_EPOCHS = flags.DEFINE_integer("epochs", 15, "Epochs to train.", lower_bound=1)
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Global batch size; each replica gets "
+                                   "batch_size / replicas.", lower_bound=1)
+_LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-2, "Base learning rate (Adam).",
+                                    lower_bound=0)
+_LR_SCALING = flags.DEFINE_enum("lr_scaling", "none", list(scaling.SCALING_RULES),
+                                "Multiply the learning rate by replicas (linear) or "
+                                "sqrt(replicas).")
+_WARMUP_STEPS = flags.DEFINE_integer("warmup_steps", 0, "Linear warm-up steps from the base "
+                                     "to the scaled learning rate.", lower_bound=0)
+_DEVICES = flags.DEFINE_integer("devices", 0, "Split the CPU into this many logical "
+                                "devices first (0: leave as is).", lower_bound=0)
+_WORKERS = flags.DEFINE_integer("workers", 2, "Workers of the local cluster started for "
+                                "multi-worker strategies.", lower_bound=1)
+_PS = flags.DEFINE_integer("ps", 1, "Parameter servers of the local cluster for "
+                           "parameter_server.", lower_bound=1)
+_IN_PROCESS = flags.DEFINE_bool("in_process", False, "parameter_server: run the whole "
+                                "cluster in this process instead of one process per task.")
+_COMMUNICATION = flags.DEFINE_enum("communication", "auto", list(COMMUNICATION),
+                                   "multi_worker_mirrored collective implementation.")
+_CROSS_DEVICE_OPS = flags.DEFINE_enum("cross_device_ops", "auto", list(CROSS_DEVICE_OPS),
+                                      "mirrored all-reduce implementation.")
+_TIMEOUT = flags.DEFINE_float("timeout", 600, "Seconds before a local cluster is stopped.",
+                              lower_bound=1)
+_RESULT_FILE = flags.DEFINE_string("result_file", None, "Write the result as JSON here "
+                                   "(only the chief, or worker 0, writes).")
+_VERBOSE = flags.DEFINE_integer("verbose", 2, "Keras fit verbosity (0, 1 or 2).",
+                                lower_bound=0, upper_bound=2)
+
+_MULTI_WORKER = ("multi_worker_mirrored", "parameter_server")
+
+
+def _strategy_options() -> dict:
+  name = _STRATEGY.value
+  if name == "mirrored":
+    return {"cross_device_ops": _CROSS_DEVICE_OPS.value}
+  if name == "multi_worker_mirrored":
+    return {"communication": _COMMUNICATION.value}
+  if name == "parameter_server":
+    return {"in_process": True} if _IN_PROCESS.value else {}
+  return {}
+
+
+def _needs_local_cluster() -> bool:
+  return (_STRATEGY.value in _MULTI_WORKER and not _IN_PROCESS.value
+          and "TF_CONFIG" not in os.environ)
+
+
+def _launch_self() -> int:
+  if _STRATEGY.value == "parameter_server":
+    spec = cluster_lib.ClusterSpec.local(_WORKERS.value, ps=_PS.value, chief=True)
+  else:
+    spec = cluster_lib.ClusterSpec.local(_WORKERS.value)
+  this_module = sys.modules[__name__]
+  own_flags = [f.serialize() for f in flags.FLAGS.get_key_flags_for_module(this_module)
+               if f.present or f.value != f.default]
+  command = [sys.executable, "-m", "tfdist", "train"] + [f for f in own_flags if f]
+  print(f"[tfdist train] starting a local cluster: {spec}", flush=True)
+  return launch_lib.launch_local(command, spec, timeout=_TIMEOUT.value)
+
+
+def _is_writer(spec) -> bool:
+  """Only one task reports: the chief, or worker 0 when there is no chief."""
+  if spec is None or spec.task is None:
+    return True
+  if cluster_lib.CHIEF in spec.jobs:
+    return spec.task.type == cluster_lib.CHIEF
+  return spec.task == cluster_lib.TaskSpec(cluster_lib.WORKER, 0)
+
+
+def main(argv):
+  del argv  # No positional arguments.
+  if _needs_local_cluster():
+    return _launch_self()
+  if _DEVICES.value:
+    from tfdist import devices  # Deferred: imports TensorFlow.
+    devices.split_physical_device(_DEVICES.value)
+  from tfdist import training  # Deferred: imports TensorFlow.
+  config = training.TrainConfig(
+      strategy=_STRATEGY.value, epochs=_EPOCHS.value, batch_size=_BATCH_SIZE.value,
+      learning_rate=_LEARNING_RATE.value, lr_scaling=_LR_SCALING.value,
+      warmup_steps=_WARMUP_STEPS.value, strategy_options=_strategy_options(),
+      verbose=_VERBOSE.value)
+  result = training.train(config)
+  print(f"strategy={result.strategy} replicas={result.replicas} "
+        f"accuracy={result.accuracy:.4f} examples/s={result.examples_per_second:.0f} "
+        f"step_time_ms={result.step_time_ms:.2f} weights={result.weights_digest}",
+        flush=True)
+  if _RESULT_FILE.value and _is_writer(cluster_lib.ClusterSpec.from_env()):
+    with open(_RESULT_FILE.value, "w") as f:
+      json.dump(result.as_dict(), f, indent=1)
+  return 0

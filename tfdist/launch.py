@@ -1,0 +1,199 @@
+"""Local multi-process clusters: one subprocess per task, each with its TF_CONFIG.
+
+`launch_local(["python", "train.py"], ClusterSpec.local(workers=2))` runs, for
+each task of the spec, the child command line
+
+    TF_CONFIG='{"cluster": {...}, "task": {"type": "worker", "index": i}}' python train.py
+
+in its own process group, prefixes every output line with the task
+(`[worker:1] ...`), and returns 0 only if every task that must finish (chief,
+workers, evaluator) exited with 0. Parameter servers never finish by themselves;
+they are stopped when the others are done. If any task fails, every other task
+is stopped within seconds and the failing task's last lines are shown again.
+In parameter-server training (the spec has ps tasks) workers only serve too, so
+the chief's exit ends the job.
+"""
+
+import collections
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Deque, Dict, List, Mapping, Optional, Sequence, TextIO
+
+from tfdist import cluster as cluster_lib
+
+# Seconds between SIGTERM and SIGKILL when stopping a task.
+_GRACE_SECONDS = 5.0
+_TAIL_LINES = 20
+# Exit code for a cluster stopped by the overall timeout, as timeout(1) uses.
+TIMEOUT_EXIT_CODE = 124
+
+
+@dataclasses.dataclass
+class _Task:
+  task: cluster_lib.TaskSpec
+  process: subprocess.Popen
+  tail: Deque[str]
+  reader: threading.Thread
+  must_finish: bool
+
+
+def must_finish(spec: cluster_lib.ClusterSpec, task: cluster_lib.TaskSpec) -> bool:
+  """Whether the cluster is done only when `task` exits.
+
+  With ps tasks (parameter-server training) workers and ps only serve, and the
+  chief's exit ends the job; otherwise every worker trains and must finish.
+  """
+  if task.type in (cluster_lib.CHIEF, cluster_lib.EVALUATOR):
+    return True
+  return task.type == cluster_lib.WORKER and cluster_lib.PS not in spec.jobs
+
+
+class LaunchError(RuntimeError):
+  """A task of a local cluster could not start."""
+
+
+def task_environment(spec: cluster_lib.ClusterSpec, task: cluster_lib.TaskSpec,
+                     base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+  """The environment of one task: `base` (default os.environ) plus its TF_CONFIG."""
+  env = dict(os.environ if base is None else base)
+  env["TF_CONFIG"] = spec.tf_config(task.type, task.index)
+  # Children print as they go, so that prefixed lines interleave in real time.
+  env["PYTHONUNBUFFERED"] = "1"
+  return env
+
+
+def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
+                 timeout: Optional[float] = None,
+                 env: Optional[Mapping[str, str]] = None,
+                 output: Optional[TextIO] = None) -> int:
+  """Runs `command` once per task of `spec` and waits for the cluster.
+
+  Args:
+    command: the child command line, e.g. ["python", "train.py", "--epochs=3"].
+    spec: the cluster; every task gets its own process and TF_CONFIG.
+    timeout: seconds before the whole cluster is stopped (None: no limit).
+    env: base environment for the children (default: this process's).
+    output: where prefixed lines go (default: sys.stdout).
+
+  Returns:
+    0 if every task that must finish exited with 0; else the first failing
+    task's exit code (negative for a signal), or TIMEOUT_EXIT_CODE.
+
+  Raises:
+    ValueError: empty command.
+    LaunchError: the command cannot be started (e.g. not found).
+  """
+  if not command:
+    raise ValueError("`command` is empty: give the program to run, e.g. "
+                     "['python', 'train.py']. Received: []")
+  output = output or sys.stdout
+  lock = threading.Lock()
+  tasks: List[_Task] = []
+  try:
+    for task in spec.tasks():
+      tasks.append(_start(command, spec, task, env, output, lock))
+    return _wait(tasks, timeout, output, lock)
+  finally:
+    _stop_all(tasks)
+
+
+def _start(command, spec, task, env, output, lock) -> _Task:
+  try:
+    process = subprocess.Popen(
+        list(command), env=task_environment(spec, task, env),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True)  # Own process group: stop its children too.
+  except OSError as e:
+    raise LaunchError(
+        f"Could not start task {task}: {e.strerror}. Check that the command "
+        f"exists and is executable. Received: command={list(command)!r}") from e
+  tail: Deque[str] = collections.deque(maxlen=_TAIL_LINES)
+  reader = threading.Thread(target=_pump, args=(process, f"[{task}] ", tail, output, lock),
+                            daemon=True)
+  reader.start()
+  return _Task(task, process, tail, reader, must_finish(spec, task))
+
+
+def _pump(process, prefix, tail, output, lock) -> None:
+  for raw in iter(process.stdout.readline, b""):
+    # Children may print anything; never let a bad byte kill the launcher.
+    line = raw.decode("utf-8", errors="replace").rstrip("\n")
+    tail.append(line)
+    with lock:
+      output.write(prefix + line + "\n")
+      output.flush()
+  process.stdout.close()
+
+
+def _wait(tasks: List[_Task], timeout, output, lock) -> int:
+  deadline = None if timeout is None else time.monotonic() + timeout
+  previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+  interrupted = []
+
+  def on_signal(signum, frame):
+    interrupted.append(signum)
+
+  if threading.current_thread() is threading.main_thread():
+    for sig in previous:
+      signal.signal(sig, on_signal)
+  try:
+    while True:
+      if interrupted:
+        _report(output, lock, f"received {signal.Signals(interrupted[0]).name}; "
+                "stopping every task")
+        return 128 + interrupted[0]
+      failed = [t for t in tasks if t.process.poll() not in (None, 0)]
+      if failed:
+        first = failed[0]
+        first.reader.join(timeout=2)
+        _report(output, lock,
+                f"task {first.task} exited with code {first.process.returncode}; "
+                f"stopping the other tasks. Its last lines:\n" +
+                "\n".join(f"  [{first.task}] {line}" for line in first.tail))
+        return first.process.returncode
+      if all(t.process.poll() == 0 for t in tasks if t.must_finish):
+        return 0
+      if deadline is not None and time.monotonic() > deadline:
+        running = [str(t.task) for t in tasks if t.process.poll() is None]
+        _report(output, lock, f"timeout after {timeout:g}s; still running: {running}; "
+                "stopping every task")
+        return TIMEOUT_EXIT_CODE
+      time.sleep(0.1)
+  finally:
+    if threading.current_thread() is threading.main_thread():
+      for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def _report(output, lock, message: str) -> None:
+  with lock:
+    output.write(f"[tfdist launch] {message}\n")
+    output.flush()
+
+
+def _stop_all(tasks: List[_Task]) -> None:
+  """SIGTERM every task's process group, then SIGKILL what is left after a grace period."""
+  for t in tasks:
+    _signal_group(t.process, signal.SIGTERM)
+  deadline = time.monotonic() + _GRACE_SECONDS
+  for t in tasks:
+    try:
+      t.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+      pass
+  for t in tasks:
+    _signal_group(t.process, signal.SIGKILL)  # Also reaps grandchildren.
+    t.process.wait()
+    t.reader.join(timeout=2)
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+  try:
+    os.killpg(process.pid, sig)
+  except (ProcessLookupError, PermissionError):
+    pass
