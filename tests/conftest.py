@@ -1,0 +1,22 @@
+"""Test set-up: two logical CPUs stand in for two GPUs, and no test may leak env vars."""
+
+import os
+
+import pytest
+
+import tfdist  # Before TensorFlow: tf.keras resolves to tf_keras.
+
+# Must run before the TF runtime starts; nothing before this line may run an op.
+tfdist.devices.split_physical_device(2)
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_environment():
+  """Fails a test that changes os.environ without restoring it (TF_CONFIG above all)."""
+  before = dict(os.environ)
+  yield
+  after = dict(os.environ)
+  leaked = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+  # Set by TensorFlow itself on first use, and by pytest.
+  leaked -= {"TF2_BEHAVIOR", "GRPC_FAIL_FAST", "PYTEST_CURRENT_TEST"}
+  assert not leaked, f"test leaked environment variables: {sorted(leaked)}"

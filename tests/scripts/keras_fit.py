@@ -1,0 +1,59 @@
+"""Fits a tiny model with the chosen Keras under the chosen strategy; prints the outcome.
+
+Usage: python keras_fit.py {keras3,tf_keras} {multi_worker_mirrored,parameter_server} [raw]
+
+Run once per task of a cluster (TF_CONFIG) for multi_worker_mirrored, or alone
+for parameter_server (an in-process chief + 2 workers + 1 ps). With `raw`, the
+strategy is plain TensorFlow's, to show what happens without tfdist.
+Exit codes: 0 trained, 3 refused by tfdist, 4 failed inside TF/Keras.
+"""
+
+import sys
+
+import tfdist  # First, as users are told to.
+
+flavour, strategy_name = sys.argv[1], sys.argv[2]
+raw = sys.argv[3:] == ["raw"]
+
+import numpy as np
+import tensorflow as tf
+
+if not raw:
+  options = {"in_process": True} if strategy_name == "parameter_server" else {}
+  strategy = tfdist.make_strategy(strategy_name, **options)
+elif strategy_name == "multi_worker_mirrored":
+  strategy = tf.distribute.MultiWorkerMirroredStrategy()
+else:
+  from tfdist import servers
+  spec = tfdist.ClusterSpec.local(workers=2, ps=1)
+  keep_alive = servers.start_servers(spec)
+  strategy = tf.distribute.ParameterServerStrategy(
+      tf.distribute.cluster_resolver.SimpleClusterResolver(spec.to_tf(), rpc_layer="grpc"))
+
+if flavour == "keras3":
+  import keras
+else:
+  from tfdist import keras
+
+x = np.random.default_rng(0).random((64, 4)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+with strategy.scope():
+  model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+  model.compile(optimizer="sgd", loss="mse")
+
+if strategy_name == "parameter_server" and flavour == "tf_keras":
+  data = keras.utils.experimental.DatasetCreator(
+      lambda ctx: tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16))
+else:
+  data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16)
+try:
+  history = model.fit(data, epochs=2, steps_per_epoch=4, verbose=0)
+except TypeError as e:
+  if "Build the model with tf_keras" not in str(e):
+    raise
+  print(f"REFUSED: {e}", flush=True)
+  sys.exit(3)
+except Exception as e:  # What users hit without tfdist.
+  print(f"FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
+  sys.exit(4)
+print(f"TRAINED: losses={history.history['loss']}", flush=True)

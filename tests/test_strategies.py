@@ -1,0 +1,181 @@
+"""tfdist.strategies: every strategy from its name trains unchanged Keras code."""
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import helpers
+import tfdist
+from tfdist import keras
+from tfdist import strategies
+
+LOCAL = [("one_device", {}), ("default", {}), ("mirrored", {}),
+         ("mirrored", {"cross_device_ops": "reduction_to_one_device"}),
+         ("mirrored", {"cross_device_ops": "hierarchical_copy"}),
+         ("central_storage", {}), ("multi_worker_mirrored", {})]
+
+
+def regression_data():
+  rng = np.random.default_rng(0)
+  x = rng.random((256, 4)).astype("float32")
+  y = x @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32")
+  return x, y
+
+
+def build_and_fit(strategy, epochs=5):
+  """The user's Keras code, identical for every strategy."""
+  x, y = regression_data()
+  keras.utils.set_random_seed(1)
+  with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+  history = model.fit(x, y, batch_size=32, epochs=epochs, shuffle=False, verbose=0)
+  return model, history.history["loss"]
+
+
+@pytest.mark.parametrize("name, options", LOCAL, ids=lambda v: str(v))
+def test_fit_evaluate_predict(name, options):
+  strategy = tfdist.make_strategy(name, **options)
+  model, losses = build_and_fit(strategy)
+  assert losses[-1] < 0.2 * losses[0], losses
+  x, y = regression_data()
+  assert model.evaluate(x, y, verbose=0) < 0.2 * losses[0]
+  assert model.predict(x, verbose=0).shape == (256, 1)
+
+
+@pytest.mark.parametrize("name", ["mirrored", "central_storage"])
+def test_sync_strategies_match_single_device(name):
+  strategy = tfdist.make_strategy(name)
+  assert strategy.num_replicas_in_sync == 2
+  model, losses = build_and_fit(strategy)
+  reference, reference_losses = build_and_fit(tfdist.make_strategy("one_device"))
+  np.testing.assert_allclose(losses, reference_losses, rtol=1e-4)
+  for weight, expected in zip(model.weights, reference.weights):
+    np.testing.assert_allclose(weight.numpy(), expected.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_mirrored_replicas_hold_identical_weights():
+  model, _ = build_and_fit(tfdist.make_strategy("mirrored"))
+  for weight in model.weights:
+    copies = [v.numpy() for v in weight.values]
+    assert len(copies) == 2
+    np.testing.assert_array_equal(copies[0], copies[1])
+    assert {v.device.split(":")[-1] for v in weight.values} == {"0", "1"}
+
+
+def test_central_storage_keeps_one_copy_on_the_cpu():
+  model, _ = build_and_fit(tfdist.make_strategy("central_storage"))
+  assert model.weights[0].device.endswith("CPU:0")
+
+
+def test_registry_names():
+  assert strategies.available_strategies() == [
+      "central_storage", "default", "mirrored", "multi_worker_mirrored", "one_device",
+      "parameter_server"]
+
+
+class TestErrors:
+
+  def test_unknown_name_lists_valid_ones(self):
+    with pytest.raises(ValueError, match=r"Unknown strategy name. Valid names: \['central_storage'"
+                       r".*Received: 'mirorred'"):
+      tfdist.make_strategy("mirorred")
+
+  def test_unknown_option_lists_valid_ones(self):
+    with pytest.raises(TypeError, match=r"Strategy 'mirrored' does not take option\(s\) "
+                       r"\['communication'\]. Its options: \['devices', 'cross_device_ops'\]"):
+      tfdist.make_strategy("mirrored", communication="ring")
+
+  def test_bad_cross_device_ops(self):
+    with pytest.raises(ValueError, match=r"`cross_device_ops` must be one of \['auto', 'nccl', "
+                       r"'hierarchical_copy', 'reduction_to_one_device'\]. Received: 'ring'"):
+      tfdist.make_strategy("mirrored", cross_device_ops="ring")
+
+  def test_missing_device(self):
+    with pytest.raises(ValueError, match=r"names a device this process does not have.*"
+                       r"split_physical_device.*Received: '/cpu:7'"):
+      tfdist.make_strategy("mirrored", devices=["/cpu:0", "/cpu:7"])
+
+  def test_malformed_device(self):
+    with pytest.raises(ValueError, match=r"not a device name.*Received: 'gpu0'"):
+      tfdist.make_strategy("one_device", device="gpu0")
+
+  def test_devices_must_be_a_list(self):
+    with pytest.raises(ValueError, match=r"non-empty list.*Received: devices='/cpu:0'"):
+      tfdist.make_strategy("mirrored", devices="/cpu:0")
+
+  @pytest.mark.parametrize("options, match", [
+      ({"communication": "mpi"}, r"`communication` must be one of \['auto', 'ring', 'nccl'\]. "
+       r"Received: 'mpi'"),
+      ({"bytes_per_pack": -1}, r"`bytes_per_pack` must be an integer >= 0.*Received: -1"),
+      ({"timeout_seconds": 0}, r"`timeout_seconds` must be > 0.*Received: 0"),
+      ({"cluster": "localhost:2222"}, r"`cluster` must be a tfdist.ClusterSpec"),
+  ])
+  def test_bad_multi_worker_options(self, options, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+      tfdist.make_strategy("multi_worker_mirrored", **options)
+
+  def test_multi_worker_cannot_use_ps(self):
+    spec = tfdist.ClusterSpec.local(workers=2, ps=1).with_task("worker", 0)
+    with pytest.raises(ValueError, match=r"multi_worker_mirrored cannot use `cluster.ps`.*"
+                       r"parameter_server.*Received: cluster.ps=\['localhost:\d+'\]"):
+      tfdist.make_strategy("multi_worker_mirrored", cluster=spec)
+
+  def test_parameter_server_needs_ps(self):
+    spec = tfdist.ClusterSpec.local(workers=2, chief=True).with_task("chief", 0)
+    with pytest.raises(ValueError, match=r"parameter_server needs a `cluster.ps` job.*"
+                       r"Received: ClusterSpec\(chief="):
+      tfdist.make_strategy("parameter_server", cluster=spec)
+
+  def test_parameter_server_needs_a_cluster(self):
+    with pytest.raises(ValueError, match=r"parameter_server needs a cluster.*in_process=True.*"
+                       r"Received: cluster=None and no TF_CONFIG"):
+      tfdist.make_strategy("parameter_server")
+
+  @pytest.mark.parametrize("options, match", [
+      ({"num_ps_shards": 2, "min_shard_bytes": 10}, r"at most one of `num_ps_shards`"),
+      ({"num_ps_shards": 0}, r"`num_ps_shards` must be an integer >= 1. Received: 0"),
+  ])
+  def test_bad_partitioner(self, options, match):
+    with pytest.raises(ValueError, match=match):
+      tfdist.make_strategy("parameter_server", **options)
+
+
+class TestNcclFallback:
+  """NCCL cannot run on CPUs: selectable, validated, and a logged fallback."""
+
+  def test_mirrored_nccl_falls_back_to_reduction_to_one_device(self, caplog):
+    with caplog.at_level(logging.WARNING, logger="tfdist"):
+      strategy = tfdist.make_strategy("mirrored", cross_device_ops="nccl")
+    assert "cross_device_ops='nccl' needs 2 or more GPUs" in caplog.text
+    assert "falling back to 'reduction_to_one_device'" in caplog.text
+    assert isinstance(strategy.extended._cross_device_ops, tf.distribute.ReductionToOneDevice)
+    _, losses = build_and_fit(strategy)
+    assert losses[-1] < losses[0]
+
+  def test_multi_worker_nccl_falls_back_to_ring(self, caplog):
+    with caplog.at_level(logging.WARNING, logger="tfdist"):
+      strategy = tfdist.make_strategy("multi_worker_mirrored", communication="nccl")
+    assert "communication='nccl' runs only on GPUs" in caplog.text
+    assert "falling back to 'ring'" in caplog.text
+    assert strategy.extended._communication_options.implementation == \
+        tf.distribute.experimental.CommunicationImplementation.RING
+
+
+@pytest.mark.slow
+def test_parameter_server_in_process_fit_evaluate_predict_and_sharding():
+  result = helpers.run(helpers.python(f"{helpers.SCRIPTS}/pss_train.py", "2"), timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  line = next(l for l in result.stdout.splitlines() if l.startswith("RESULT "))
+  report = json.loads(line[len("RESULT "):])
+  assert report["losses"][-1] < 0.05 * report["losses"][0]
+  assert report["eval_loss"] < 0.05 * report["losses"][0]
+  assert report["predictions_shape"] == [256, 1]
+  assert report["prediction_mse"] < 0.05 * report["losses"][0]
+  # num_ps_shards=2: the kernel is split across both ps tasks.
+  assert sorted(d.split("/task:")[1][0] for d in report["kernel_shards"]) == ["0", "1"]
+  assert all("/job:ps/" in d for d in report["kernel_shards"])
+  assert report["one_coordinator"]
