@@ -17,6 +17,7 @@ def no_leaked_environment():
   yield
   after = dict(os.environ)
   leaked = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
-  # Set by TensorFlow itself on first use, and by pytest.
-  leaked -= {"TF2_BEHAVIOR", "GRPC_FAIL_FAST", "PYTEST_CURRENT_TEST"}
+  # Set by TensorFlow and Keras 3 themselves on first use, and by pytest.
+  leaked -= {"TF2_BEHAVIOR", "GRPC_FAIL_FAST", "PYTEST_CURRENT_TEST", "KMP_DUPLICATE_LIB_OK",
+             "KMP_INIT_AT_FORK"}
   assert not leaked, f"test leaked environment variables: {sorted(leaked)}"

@@ -179,3 +179,24 @@ def test_parameter_server_in_process_fit_evaluate_predict_and_sharding():
   assert sorted(d.split("/task:")[1][0] for d in report["kernel_shards"]) == ["0", "1"]
   assert all("/job:ps/" in d for d in report["kernel_shards"])
   assert report["one_coordinator"]
+
+
+class TestCentralStorageWithSchedules:
+  """tf_keras schedules fail under TF's CentralStorageStrategy; tfdist's trains."""
+
+  def fit_with_schedule(self, strategy):
+    x, y = regression_data()
+    with strategy.scope():
+      model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+      schedule = keras.optimizers.schedules.CosineDecay(0.05, decay_steps=40)
+      model.compile(optimizer=keras.optimizers.Adam(schedule), loss="mse")
+    return model.fit(x, y, batch_size=32, epochs=5, verbose=0).history["loss"]
+
+  def test_raw_tensorflow_fails(self):
+    raw = tf.distribute.experimental.CentralStorageStrategy(["/cpu:0", "/cpu:1"])
+    with pytest.raises(ValueError, match="You must specify an aggregation method"):
+      self.fit_with_schedule(raw)
+
+  def test_tfdist_trains(self):
+    losses = self.fit_with_schedule(tfdist.make_strategy("central_storage"))
+    assert losses[-1] < losses[0]

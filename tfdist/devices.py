@@ -165,6 +165,12 @@ class PlacedSequential(tf_keras.Model):
   def __init__(self, layers: Sequence[tf_keras.layers.Layer], devices: Sequence[str],
                **kwargs):
     super().__init__(**kwargs)
+    built = [layer.name for layer in layers if layer.built]
+    if built:
+      raise ValueError(
+          "PlacedSequential needs unbuilt layers: a built layer's variables already "
+          "live on some device. Use place_layers(model, devices), which copies them. "
+          f"Received: built layers {built}")
     self.placed_layers = list(layers)
     self.devices = list(devices)
     self._blocks = split_layers(len(self.placed_layers), len(self.devices))
@@ -197,6 +203,9 @@ class PlacedSequential(tf_keras.Model):
 def place_layers(model: tf_keras.Sequential, devices: Sequence[str]) -> PlacedSequential:
   """Model parallelism for a `Sequential`: its layers, in blocks, on `devices`.
 
+  The layers are rebuilt from their configs under their devices; if `model` is
+  built, its weights are copied in, so a trained model keeps what it learned.
+
   Raises:
     TypeError: `model` is not a tf_keras Sequential.
     ValueError: fewer layers than devices.
@@ -205,4 +214,9 @@ def place_layers(model: tf_keras.Sequential, devices: Sequence[str]) -> PlacedSe
     raise TypeError(
         "place_layers takes a tfdist.keras.Sequential model. "
         f"Received: {type(model).__module__}.{type(model).__name__}")
-  return PlacedSequential(model.layers, devices, name=f"{model.name}_placed")
+  layers = [type(layer).from_config(layer.get_config()) for layer in model.layers]
+  placed = PlacedSequential(layers, devices, name=f"{model.name}_placed")
+  if model.built:
+    placed.build(model.input_shape)
+    placed.set_weights(model.get_weights())
+  return placed

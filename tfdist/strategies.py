@@ -13,6 +13,7 @@ multi-worker and parameter-server ones are thin subclasses that refuse Keras 3
 up front, see `keras_support`).
 """
 
+import contextlib
 import inspect
 import logging
 import sys
@@ -115,6 +116,30 @@ def _mirrored(devices: Optional[Sequence[str]] = None,
       devices, cross_device_ops=_cross_device_ops(cross_device_ops, devices))
 
 
+class CentralStorageStrategy(tf.distribute.experimental.CentralStorageStrategy):
+  """`CentralStorageStrategy` under which tf_keras learning-rate schedules work.
+
+  tf_keras's optimizer keeps a schedule's current value in a variable created
+  without an aggregation and assigns it in replica context. Under central
+  storage that variable is an AggregatingVariable, and the assign raises "You must
+  specify an aggregation method". Every replica computes the same value, so
+  taking the first replica's is exact.
+  """
+
+  def scope(self):
+    stack = contextlib.ExitStack()
+    stack.enter_context(super().scope())
+    stack.enter_context(tf.variable_creator_scope(_first_replica_learning_rate))
+    return stack
+
+
+def _first_replica_learning_rate(next_creator, **kwargs):
+  if (kwargs.get("name") == "current_learning_rate" and
+      kwargs.get("aggregation") in (None, tf.VariableAggregation.NONE)):
+    kwargs["aggregation"] = tf.VariableAggregation.ONLY_FIRST_REPLICA
+  return next_creator(**kwargs)
+
+
 @register("central_storage")
 def _central_storage(devices: Optional[Sequence[str]] = None,
                      parameter_device: Optional[str] = None) -> tf.distribute.Strategy:
@@ -122,8 +147,7 @@ def _central_storage(devices: Optional[Sequence[str]] = None,
   devices = _compute_devices(devices)
   if parameter_device is not None:
     _check_devices("parameter_device", [parameter_device])
-  return tf.distribute.experimental.CentralStorageStrategy(
-      compute_devices=devices, parameter_device=parameter_device)
+  return CentralStorageStrategy(compute_devices=devices, parameter_device=parameter_device)
 
 
 def _compute_devices(devices: Optional[Sequence[str]]) -> List[str]:

@@ -1,0 +1,128 @@
+"""tfdist.devices: logical devices, placement, and layers placed on devices."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import helpers
+from tfdist import devices
+from tfdist import keras
+
+
+def test_conftest_split_the_cpu_in_two():
+  listed = devices.list_devices()
+  assert listed.physical == ["/physical_device:CPU:0"]
+  assert listed.logical == ["/device:CPU:0", "/device:CPU:1"]
+  assert "logical:  /device:CPU:0, /device:CPU:1" in str(listed)
+
+
+def test_split_again_with_the_same_count_is_a_no_op():
+  devices.split_physical_device(2)
+
+
+def test_split_after_start_is_a_clear_error():
+  with pytest.raises(RuntimeError, match=r"TensorFlow has already started with 2.*first thing "
+                     r"in the program.*Received: num_devices=3"):
+    devices.split_physical_device(3)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"num_devices": 0}, r"`num_devices` must be an integer >= 1. Received: 0"),
+    ({"num_devices": 2, "device_type": "TPU"}, r"`device_type` must be 'CPU' or 'GPU'"),
+    ({"num_devices": 2, "device_type": "GPU"}, r"needs `memory_limit_mb`"),
+    ({"num_devices": 2, "device_type": "GPU", "memory_limit_mb": 1024},
+     r"no physical GPU. Received: device_type='GPU'"),
+])
+def test_split_errors(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    devices.split_physical_device(**kwargs)
+
+
+def test_split_in_a_fresh_process_gives_four_devices():
+  code = ("import tfdist; tfdist.devices.split_physical_device(4); import tensorflow as tf; "
+          "print(len(tf.config.list_logical_devices('CPU')))")
+  result = helpers.run(helpers.python("-c", code), timeout=120)
+  assert result.stdout.strip().splitlines()[-1] == "4", result.stdout[-2000:]
+
+
+def test_memory_growth_is_a_no_op_without_gpus():
+  assert devices.set_memory_growth() == []
+
+
+def test_preprocessing_device_places_ops_on_the_cpu():
+  @tf.function
+  def preprocess(x):
+    with devices.preprocessing_device("/cpu:1"):
+      return tf.image.flip_left_right(x)
+  graph = preprocess.get_concrete_function(tf.TensorSpec((2, 4, 4, 1))).graph
+  flips = [op for op in graph.get_operations() if op.type == "ReverseV2"]
+  assert flips and all(op.device.endswith("CPU:1") for op in flips)
+
+
+def test_log_device_placement_logs():
+  code = ("import tfdist; import tensorflow as tf; tfdist.devices.log_device_placement(); "
+          "tf.constant([1.0]) + tf.constant([2.0])")
+  result = helpers.run(helpers.python("-c", code), timeout=120,
+                       env={"TF_CPP_MIN_LOG_LEVEL": "0"})
+  assert "Executing op AddV2 in device /job:localhost/replica:0/task:0/device:CPU:0" \
+      in result.stdout, result.stdout[-2000:]
+
+
+def test_split_layers():
+  assert devices.split_layers(5, 2) == [range(0, 3), range(3, 5)]
+  assert devices.split_layers(4, 4) == [range(i, i + 1) for i in range(4)]
+  with pytest.raises(ValueError, match=r"at least one layer per device: 1 layer\(s\) on 2"):
+    devices.split_layers(1, 2)
+
+
+class TestModelParallel:
+
+  def build(self):
+    model = keras.Sequential([keras.Input((8,)),
+                              keras.layers.Dense(16, activation="relu", name="first"),
+                              keras.layers.Dense(16, activation="relu", name="second"),
+                              keras.layers.Dense(1, name="third")])
+    return devices.place_layers(model, ["/cpu:0", "/cpu:1"])
+
+  def test_variables_live_on_their_block_device(self):
+    placed = self.build()
+    placed.build((None, 8))
+    assert placed.placement() == {"/cpu:0": ["first", "second"], "/cpu:1": ["third"]}
+    for layer, device in [("first", "CPU:0"), ("second", "CPU:0"), ("third", "CPU:1")]:
+      for variable in next(l for l in placed.placed_layers if l.name == layer).weights:
+        assert variable.device.endswith(device), (layer, variable.device)
+
+  def test_ops_run_on_their_block_device(self):
+    placed = self.build()
+    placed.build((None, 8))
+    graph = tf.function(placed).get_concrete_function(tf.TensorSpec((4, 8))).graph
+    matmuls = {op.name.split("/")[-2]: op.device for op in graph.get_operations()
+               if op.type == "MatMul"}
+    assert matmuls["first"].endswith("CPU:0") and matmuls["second"].endswith("CPU:0")
+    assert matmuls["third"].endswith("CPU:1")
+
+  def test_trains_like_the_unplaced_model(self):
+    x = np.random.default_rng(0).random((128, 8)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    placed = self.build()
+    placed.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    history = placed.fit(x, y, batch_size=32, epochs=10, verbose=0)
+    assert history.history["loss"][-1] < 0.2 * history.history["loss"][0]
+
+  def test_keeps_the_weights_of_a_built_model(self):
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(1)])
+    x = np.random.default_rng(0).random((4, 8)).astype("float32")
+    placed = devices.place_layers(model, ["/cpu:0", "/cpu:1"])
+    np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-6)
+    assert placed.placed_layers[1].kernel.device.endswith("CPU:1")
+
+  def test_refuses_built_layers(self):
+    layer = keras.layers.Dense(2)
+    layer.build((None, 3))
+    with pytest.raises(ValueError, match=r"needs unbuilt layers.*Received: built layers"):
+      devices.PlacedSequential([layer], ["/cpu:0"])
+
+  def test_needs_a_sequential(self):
+    with pytest.raises(TypeError, match=r"takes a tfdist.keras.Sequential model. Received: "
+                       r"builtins.str"):
+      devices.place_layers("model", ["/cpu:0"])

@@ -1,0 +1,118 @@
+"""tfdist.keras_support: the Keras x strategy matrix, asserted both ways."""
+
+import os
+
+import numpy as np
+import pytest
+
+import helpers
+import tfdist
+from tfdist import keras_support
+
+KERAS_FIT = f"{helpers.SCRIPTS}/keras_fit.py"
+
+
+def test_tfdist_keras_is_tf_keras_and_so_is_tf_keras():
+  import tensorflow as tf
+  import tf_keras
+  assert tfdist.keras is tf_keras
+  assert os.environ["TF_USE_LEGACY_KERAS"] == "1"
+  assert tf.keras.Sequential is tf_keras.Sequential
+  assert keras_support.tf_keras_flavour() == keras_support.TF_KERAS
+
+
+def test_importing_tfdist_after_tensorflow_is_enough():
+  code = ("import os; os.environ.pop('TF_USE_LEGACY_KERAS', None); import tensorflow as tf; "
+          "import tfdist; import tf_keras; "
+          "assert tf.keras.Sequential is tf_keras.Sequential; print('OK')")
+  result = helpers.run(helpers.python("-c", code), timeout=120)
+  assert result.stdout.strip().endswith("OK"), result.stdout[-2000:]
+
+
+def test_tf_keras_used_before_tfdist_gets_a_clear_message():
+  code = ("import os; os.environ.pop('TF_USE_LEGACY_KERAS', None); import tensorflow as tf; "
+          "tf.keras.Sequential; import tfdist")
+  result = helpers.run(helpers.python("-W", "always", "-c", code), timeout=120)
+  assert result.returncode == 0, result.stdout[-2000:]
+  assert "tf.keras in this process is already Keras 3" in result.stdout
+  assert "`from tfdist import keras`" in result.stdout
+  assert "import tfdist before TensorFlow" in result.stdout
+
+
+@pytest.mark.parametrize("name", ["one_device", "mirrored", "central_storage"])
+def test_keras3_trains_where_it_works(name):
+  import keras as keras3
+  assert keras3.__version__.startswith("3.")
+  strategy = tfdist.make_strategy(name)
+  rng = np.random.default_rng(0)
+  x = rng.random((128, 4)).astype("float32")
+  y = x.sum(axis=1, keepdims=True)
+  with strategy.scope():
+    model = keras3.Sequential([keras3.Input((4,)), keras3.layers.Dense(1)])
+    model.compile(optimizer=keras3.optimizers.SGD(0.1), loss="mse")
+  history = model.fit(x, y, batch_size=32, epochs=5, verbose=0)
+  assert history.history["loss"][-1] < 0.5 * history.history["loss"][0]
+  assert model.predict(x, verbose=0).shape == (128, 1)
+
+
+def _launch(*script_args, workers=2):
+  return helpers.run(helpers.tfdist_cli("launch", f"--workers={workers}", "--timeout=240", "--",
+                                        *helpers.python(KERAS_FIT, *script_args)), timeout=300)
+
+
+@pytest.mark.slow
+class TestMultiWorkerMirrored:
+
+  def test_keras3_fails_inside_tensorflow_without_tfdist(self):
+    result = _launch("keras3", "multi_worker_mirrored", "raw")
+    assert result.returncode == 4, result.stdout[-3000:]
+    assert "FAILED: ValueError: Attempt to convert a value (PerReplica" in result.stdout
+
+  def test_keras3_is_refused_up_front_with_the_fix(self):
+    result = _launch("keras3", "multi_worker_mirrored")
+    assert result.returncode == 3, result.stdout[-3000:]
+    assert ("REFUSED: Keras 3 cannot fit under multi-worker MultiWorkerMirroredStrategy"
+            in result.stdout)
+    assert "keras-team/keras#20585" in result.stdout
+    assert "`from tfdist import keras`" in result.stdout
+    assert "Received: a Keras 3." in result.stdout
+
+  def test_tf_keras_trains_with_identical_losses_on_both_workers(self):
+    result = _launch("tf_keras", "multi_worker_mirrored")
+    assert result.returncode == 0, result.stdout[-3000:]
+    losses = {line.split("]")[0]: line.split("TRAINED: ")[1]
+              for line in result.stdout.splitlines() if "TRAINED: " in line}
+    assert set(losses) == {"[worker:0", "[worker:1"}
+    assert losses["[worker:0"] == losses["[worker:1"]
+
+  def test_keras3_single_worker_is_allowed(self):
+    result = _launch("keras3", "multi_worker_mirrored", workers=1)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "TRAINED" in result.stdout
+
+
+@pytest.mark.slow
+class TestParameterServer:
+
+  def test_keras3_fails_inside_tensorflow_without_tfdist(self):
+    result = helpers.run(helpers.python(KERAS_FIT, "keras3", "parameter_server", "raw"),
+                         timeout=240)
+    assert result.returncode == 4, result.stdout[-3000:]
+    assert "ClusterCoordinator.create_per_worker_dataset" in result.stdout
+
+  def test_keras3_is_refused_up_front_with_the_fix(self):
+    result = helpers.run(helpers.python(KERAS_FIT, "keras3", "parameter_server"), timeout=240)
+    assert result.returncode == 3, result.stdout[-3000:]
+    assert "REFUSED: Keras 3 cannot fit under ParameterServerStrategy" in result.stdout
+    assert "keras-team/keras#18624" in result.stdout
+
+  def test_tf_keras_trains(self):
+    result = helpers.run(helpers.python(KERAS_FIT, "tf_keras", "parameter_server"), timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "TRAINED" in result.stdout
+
+
+def test_support_matrix_names_the_failures():
+  failing = {key for key, reason in keras_support.SUPPORT.items() if reason}
+  assert failing == {(keras_support.KERAS3, "multi_worker_mirrored (2+ workers)"),
+                     (keras_support.KERAS3, "parameter_server")}

@@ -1,0 +1,146 @@
+"""tfdist.launch: local clusters of processes, their output, exit codes and cleanup."""
+
+import io
+import json
+import os
+import sys
+import time
+
+import pytest
+
+import helpers
+from tfdist import launch
+from tfdist.cluster import ClusterSpec
+
+PY = sys.executable
+
+
+def run_cluster(code, spec, **kwargs):
+  out = io.StringIO()
+  start = time.monotonic()
+  code_ = launch.launch_local([PY, "-c", code], spec, output=out, **kwargs)
+  return code_, out.getvalue(), time.monotonic() - start
+
+
+def alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  with open(f"/proc/{pid}/stat") as f:  # A zombie is gone for our purposes.
+    return f.read().split(")")[1].split()[0] != "Z"
+
+
+def test_every_task_gets_its_tf_config_and_a_prefix():
+  spec = ClusterSpec.local(workers=2, chief=True)
+  code = "import os; print(os.environ['TF_CONFIG'])"
+  exit_code, output, _ = run_cluster(code, spec)
+  assert exit_code == 0
+  seen = {}
+  for line in output.splitlines():
+    prefix, _, rest = line.partition("] ")
+    seen[prefix[1:]] = json.loads(rest)
+  assert set(seen) == {"chief:0", "worker:0", "worker:1"}
+  for name, config in seen.items():
+    task_type, index = name.split(":")
+    assert config["task"] == {"type": task_type, "index": int(index)}
+    assert config["cluster"] == spec.as_dict()
+
+
+def test_a_failing_task_stops_the_others_quickly_and_shows_its_tail(tmp_path):
+  pid_dir = tmp_path
+  code = (f"import os, json, time; c = json.loads(os.environ['TF_CONFIG']); "
+          f"open(os.path.join({str(pid_dir)!r}, str(os.getpid())), 'w').close(); "
+          "i = c['task']['index']; print('hello from', i, flush=True); "
+          "(time.sleep(1), print('boom', flush=True), exit(7)) if i == 1 else time.sleep(600)")
+  exit_code, output, seconds = run_cluster(code, ClusterSpec.local(workers=3))
+  assert exit_code == 7
+  assert seconds < 20
+  assert "[tfdist launch] task worker:1 exited with code 7; stopping the other tasks" in output
+  assert "  [worker:1] boom" in output
+  pids = [int(p) for p in os.listdir(pid_dir)]
+  assert len(pids) == 3 and not any(alive(p) for p in pids)
+
+
+def test_grandchildren_are_stopped_too(tmp_path):
+  marker = tmp_path / "grandchild"
+  code = ("import subprocess, sys, time; "
+          "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+          f"open({str(marker)!r}, 'w').write(str(p.pid)); time.sleep(1); sys.exit(1)")
+  exit_code, _, _ = run_cluster(code, ClusterSpec.local(workers=1))
+  assert exit_code == 1
+  assert not alive(int(marker.read_text()))
+
+
+def test_parameter_servers_are_stopped_when_the_chief_ends():
+  code = ("import os, json, time; t = json.loads(os.environ['TF_CONFIG'])['task']['type']; "
+          "time.sleep(600) if t != 'chief' else print('chief done')")
+  exit_code, output, seconds = run_cluster(code, ClusterSpec.local(workers=2, ps=1, chief=True))
+  assert exit_code == 0 and "[chief:0] chief done" in output
+  assert seconds < 20
+
+
+def test_workers_must_finish_without_ps():
+  spec = ClusterSpec.local(workers=2)
+  assert all(launch.must_finish(spec, t) for t in spec.tasks())
+  spec = ClusterSpec.local(workers=2, ps=1, chief=True, evaluator=True)
+  assert [str(t) for t in spec.tasks() if launch.must_finish(spec, t)] == ["chief:0",
+                                                                          "evaluator:0"]
+
+
+def test_timeout_stops_everything():
+  exit_code, output, seconds = run_cluster("import time; time.sleep(600)",
+                                           ClusterSpec.local(workers=2), timeout=1)
+  assert exit_code == launch.TIMEOUT_EXIT_CODE
+  assert "timeout after 1s; still running: ['worker:0', 'worker:1']" in output
+  assert seconds < 15
+
+
+def test_invalid_utf8_output_is_shown_not_fatal():
+  code = "import sys; sys.stdout.buffer.write(b'bad \\xff\\xfe bytes\\n')"
+  exit_code, output, _ = run_cluster(code, ClusterSpec.local(workers=1))
+  assert exit_code == 0
+  assert "[worker:0] bad \ufffd\ufffd bytes" in output
+
+
+def test_command_not_found():
+  with pytest.raises(launch.LaunchError, match=r"Could not start task worker:0.*"
+                     r"Received: command=\['no-such-program-xyz'\]"):
+    launch.launch_local(["no-such-program-xyz"], ClusterSpec.local(workers=2))
+
+
+def test_empty_command():
+  with pytest.raises(ValueError, match=r"`command` is empty"):
+    launch.launch_local([], ClusterSpec.local(workers=1))
+
+
+class TestCli:
+
+  def test_exit_code_and_prefixes(self):
+    result = helpers.run(helpers.tfdist_cli(
+        "launch", "--workers=2", "--", PY, "-c", "import sys; print('hi'); sys.exit(0)"),
+        timeout=60)
+    assert result.returncode == 0
+    assert "[worker:0] hi" in result.stdout and "[worker:1] hi" in result.stdout
+
+  def test_crash_at_import_is_the_exit_code(self):
+    result = helpers.run(helpers.tfdist_cli(
+        "launch", "--workers=2", "--", PY, "-c", "import no_such_module_xyz"), timeout=60)
+    assert result.returncode == 1
+    assert "ModuleNotFoundError: No module named 'no_such_module_xyz'" in result.stdout
+
+  def test_command_not_found(self):
+    result = helpers.run(helpers.tfdist_cli("launch", "--", "no-such-program-xyz"), timeout=60)
+    assert result.returncode == 127
+    assert "Could not start task worker:0" in result.stdout
+
+  def test_no_command(self):
+    result = helpers.run(helpers.tfdist_cli("launch", "--workers=2"), timeout=60)
+    assert result.returncode == 2
+    assert "give the command after '--'" in result.stdout
+
+  def test_unknown_command_lists_valid_ones(self):
+    result = helpers.run(helpers.tfdist_cli("lunch"), timeout=60)
+    assert result.returncode == 2
+    assert "unknown command 'lunch'. Valid commands: ['compare', 'launch', 'train']" \
+        in result.stdout
