@@ -200,3 +200,34 @@ class TestCentralStorageWithSchedules:
   def test_tfdist_trains(self):
     losses = self.fit_with_schedule(tfdist.make_strategy("central_storage"))
     assert losses[-1] < losses[0]
+
+
+def test_many_mirrored_strategies_in_one_process():
+  """tensorflow/tensorflow#62790: TF's default collectives abort on the second strategy."""
+  for units in (3, 5, 7):  # Different shapes each time, as different models have.
+    strategy = tfdist.make_strategy("mirrored")
+    x, y = regression_data()
+    with strategy.scope():
+      model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(units),
+                                keras.layers.Dense(1)])
+      model.compile(optimizer="sgd", loss="mse")
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+
+
+def test_many_raw_mirrored_strategies_abort_in_tensorflow():
+  code = """
+import tfdist
+tfdist.devices.split_physical_device(2)
+import numpy as np, tensorflow as tf
+from tfdist import keras
+x = np.ones((64, 4), "float32"); y = np.ones((64, 1), "float32")
+for units in (3, 5):
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(units), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+  model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+print("NO ERROR")
+"""
+  result = helpers.run(helpers.python("-c", code), timeout=120)
+  assert "Shape mismatch in the collective instance" in result.stdout, result.stdout[-2000:]

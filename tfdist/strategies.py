@@ -109,7 +109,7 @@ def _mirrored(devices: Optional[Sequence[str]] = None,
 
   `devices` defaults to every GPU or, with none, every logical CPU device, so a
   CPU split by `tfdist.devices.split_physical_device(2)` gives two replicas.
-  `cross_device_ops="auto"` uses NCCL with 2+ GPUs and TF's own choice otherwise.
+  `cross_device_ops="auto"` uses NCCL with 2+ GPUs, else reduction to one device.
   """
   devices = _compute_devices(devices)
   return tf.distribute.MirroredStrategy(
@@ -193,8 +193,14 @@ def _cross_device_ops(name: str, devices: Sequence[str]):
         f"`cross_device_ops` must be one of {list(CROSS_DEVICE_OPS)}. Received: {name!r}")
   num_gpus = sum("GPU" in d.upper() for d in devices)
   if name == "auto":
-    # TF's own default picks NCCL when it can; say so explicitly for 2+ GPUs.
-    return tf.distribute.NcclAllReduce() if num_gpus >= 2 else None
+    if num_gpus >= 2:
+      return tf.distribute.NcclAllReduce()
+    # Not TF's default (CollectiveAllReduce): its collective keys restart with every
+    # new strategy, so a second MirroredStrategy in the same process (a notebook
+    # cell run twice, models trained in a loop) aborts with "Shape mismatch in the
+    # collective instance 100" (tensorflow/tensorflow#62790). Reducing on one
+    # device keeps no such state and costs little without GPUs.
+    name = "reduction_to_one_device"
   if name == "nccl" and num_gpus < 2:
     logger.warning(
         "cross_device_ops='nccl' needs 2 or more GPUs, but the replicas are on %s; "
