@@ -5,7 +5,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: compare test install
+.PHONY: compare test install slurm
 
 install: $(VENV)/.installed
 
@@ -18,5 +18,13 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 compare: install
 	$(BIN)/tfdist compare
 
-test: install
+# The SLURM tests run a real slurmctld/slurmd on localhost (Debian's packages).
+# Without root or apt-get they are skipped, with the reason in pytest's summary.
+slurm:
+	@if command -v slurmctld >/dev/null && command -v munged >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; \
+	else echo "note: slurm-wlm and munge not installed (needs root and apt-get); SLURM tests will be skipped"; fi
+
+test: install slurm
 	$(BIN)/python -m pytest

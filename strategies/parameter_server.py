@@ -12,12 +12,11 @@ Only the chief runs the training loop; on worker and ps tasks make_strategy()
 serves until the job ends.
 """
 
-import os
-
 import tfdist
 
+# Inside a cluster (TF_CONFIG, or a SLURM step) use it; alone, make one in-process.
 strategy = tfdist.make_strategy("parameter_server",
-                                in_process="TF_CONFIG" not in os.environ)
+                                in_process=tfdist.ClusterSpec.from_env() is None)
 
 import tensorflow as tf
 from tfdist import keras

@@ -138,12 +138,19 @@ class ClusterSpec:
 
   @classmethod
   def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> Optional["ClusterSpec"]:
-    """Returns the spec from `TF_CONFIG` in `environ` (default: os.environ), or None."""
+    """The cluster this process runs in, from `environ` (default: os.environ).
+
+    Resolves, in order: `TF_CONFIG`; else a SLURM job step of 2+ tasks (see
+    `tfdist.slurm`); else None (a single process).
+    """
     environ = os.environ if environ is None else environ
     tf_config = environ.get("TF_CONFIG")
-    if not tf_config:
-      return None
-    return cls.from_tf_config(tf_config)
+    if tf_config:
+      return cls.from_tf_config(tf_config)
+    from tfdist import slurm  # Deferred: slurm imports this module.
+    if slurm.in_slurm_step(environ) and int(environ["SLURM_STEP_NUM_TASKS"]) > 1:
+      return slurm.cluster_spec_from_slurm(environ)
+    return None
 
   @classmethod
   def local(

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from tfdist import cluster as cluster_lib
 from tfdist import keras_support
+from tfdist import preflight as preflight_lib
 from tfdist import servers as servers_lib
 
 logger = logging.getLogger("tfdist")
@@ -277,12 +278,16 @@ class ParameterServerStrategy(_RefusesKeras3, tf.distribute.ParameterServerStrat
 def _multi_worker_mirrored(cluster: ClusterArg = None,
                            communication: str = "auto",
                            bytes_per_pack: int = 0,
-                           timeout_seconds: Optional[float] = None) -> tf.distribute.Strategy:
+                           timeout_seconds: Optional[float] = None,
+                           preflight_timeout: Optional[float] = None) -> tf.distribute.Strategy:
   """Synchronous all-reduce across workers.
 
   The cluster comes from, in order: `cluster` (a `ClusterSpec` that knows its task,
   or any TF cluster resolver), else `TF_CONFIG`, else a single local worker.
   `communication="nccl"` without GPUs falls back to ring, with a warning.
+  Before TF's constructor (which waits forever for a worker that never
+  started), every other task must answer within `preflight_timeout` seconds
+  (default 30, or TFDIST_PREFLIGHT_TIMEOUT); see `tfdist.preflight`.
   """
   if communication not in COMMUNICATION:
     raise ValueError(
@@ -308,9 +313,14 @@ def _multi_worker_mirrored(cluster: ClusterArg = None,
           "ring": tf.distribute.experimental.CommunicationImplementation.RING,
           "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
       }[communication])
+  # TF's constructor blocks until every task registers, forever if one never
+  # starts: meet the other tasks first, with a deadline.
+  spec = _spec_of(resolver)
+  if spec is not None:
+    preflight_lib.rendezvous(spec, timeout=preflight_timeout)
   try:
-    return MultiWorkerMirroredStrategy(cluster_resolver=resolver,
-                                       communication_options=options)
+    strategy = MultiWorkerMirroredStrategy(cluster_resolver=resolver,
+                                           communication_options=options)
   except (ValueError, RuntimeError) as e:
     if "program startup" in str(e) or "already been initialized" in str(e):
       raise RuntimeError(
@@ -319,13 +329,24 @@ def _multi_worker_mirrored(cluster: ClusterArg = None,
           "`make_strategy(...)` to the top of the program. "
           f"Received: {e}") from e
     raise
+  return strategy
+
+
+def _spec_of(resolver) -> Optional[cluster_lib.ClusterSpec]:
+  """The resolver's cluster as a ClusterSpec seen from its task; None if single-task."""
+  jobs = resolver.cluster_spec().as_dict()
+  if sum(len(addresses) for addresses in jobs.values()) < 2 or resolver.task_type is None:
+    return None
+  return cluster_lib.ClusterSpec.from_dict(
+      jobs, task={"type": resolver.task_type, "index": int(resolver.task_id)})
 
 
 @register("parameter_server")
 def _parameter_server(cluster: ClusterArg = None,
                       num_ps_shards: Optional[int] = None,
                       min_shard_bytes: Optional[int] = None,
-                      in_process: bool = False) -> tf.distribute.Strategy:
+                      in_process: bool = False,
+                      preflight_timeout: Optional[float] = None) -> tf.distribute.Strategy:
   """Asynchronous training: workers run steps, ps tasks hold the variables.
 
   Args:
@@ -336,6 +357,8 @@ def _parameter_server(cluster: ClusterArg = None,
       (at most one shard per ps task). Exclusive with `num_ps_shards`.
     in_process: start every worker and ps of `cluster` as servers inside this
       process, and coordinate from here. For one machine, tests and notebooks.
+    preflight_timeout: seconds the coordinator waits for every worker and ps to
+      answer before it connects (default 30, or TFDIST_PREFLIGHT_TIMEOUT).
 
   On a worker or ps task (per TF_CONFIG or `cluster`) this call starts the
   task's server and never returns: in parameter-server training only the chief
@@ -367,6 +390,11 @@ def _parameter_server(cluster: ClusterArg = None,
     resolver = _resolver_for("parameter_server", cluster)
     if resolver.task_type in (cluster_lib.WORKER, cluster_lib.PS):
       servers_lib.serve(resolver)  # Never returns: these tasks only serve.
+    spec = _spec_of(resolver)
+    if spec is not None:  # The coordinator: every worker and ps must be up.
+      preflight_lib.wait_for_tasks(
+          spec, timeout=preflight_timeout,
+          tasks=[t for t in spec.tasks() if t.type in (cluster_lib.WORKER, cluster_lib.PS)])
   num_ps = len(resolver.cluster_spec().as_dict().get(cluster_lib.PS, ()))
   partitioner = None
   if num_ps_shards is not None:

@@ -2,6 +2,10 @@
 
 Starts a local cluster on free loopback ports: one process per task, each with
 its TF_CONFIG, output prefixed with the task. Exits with the cluster's code.
+
+With --slurm, submits the same job to SLURM instead (one SLURM task per TF
+task, see tfdist/templates/slurm.sbatch), streams its output and exits with
+the job's exit code.
 """
 
 import sys
@@ -17,6 +21,16 @@ _CHIEF = flags.DEFINE_bool("chief", False, "Add a chief task.")
 _EVALUATOR = flags.DEFINE_bool("evaluator", False, "Add a sidecar evaluator task.")
 _TIMEOUT = flags.DEFINE_float("timeout", None, "Stop the whole cluster after this many "
                               "seconds (exit code 124).", lower_bound=0)
+_SLURM = flags.DEFINE_bool("slurm", False, "Submit to SLURM with sbatch instead of running "
+                           "locally. With --ps, task 0 is the chief.")
+_TIME_MINUTES = flags.DEFINE_integer("time_minutes", 60, "--slurm: the job's time limit.",
+                                     lower_bound=1)
+_SBATCH_TEMPLATE = flags.DEFINE_string("sbatch_template", None, "--slurm: your own copy of "
+                                       "tfdist/templates/slurm.sbatch.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "--slurm: where the sbatch script and the "
+                               "job's output go (default: the current directory).")
+_SBATCH_ARGS = flags.DEFINE_multi_string("sbatch", [], "--slurm: an extra #SBATCH directive, "
+                                         "e.g. --sbatch=--partition=gpu (repeatable).")
 
 
 def main(argv):
@@ -26,6 +40,8 @@ def main(argv):
           "`tfdist launch --workers 2 -- python train.py`. Received: no command",
           file=sys.stderr)
     return 2
+  if _SLURM.value:
+    return _submit(command)
   spec = cluster_lib.ClusterSpec.local(_WORKERS.value, ps=_PS.value, chief=_CHIEF.value,
                                        evaluator=_EVALUATOR.value)
   print(f"[tfdist launch] {spec}", flush=True)
@@ -34,3 +50,17 @@ def main(argv):
   except launch_lib.LaunchError as e:
     print(f"tfdist launch: {e}", file=sys.stderr)
     return 127
+
+
+def _submit(command) -> int:
+  from tfdist import sbatch  # Deferred: only --slurm needs it.
+  ntasks = _WORKERS.value + _PS.value + int(_CHIEF.value or _PS.value > 0)
+  try:
+    return sbatch.submit_and_wait(
+        command, ntasks=ntasks, num_ps=_PS.value, timeout=_TIMEOUT.value,
+        workdir=_WORKDIR.value,
+        time_minutes=_TIME_MINUTES.value, template=_SBATCH_TEMPLATE.value,
+        extra_directives=_SBATCH_ARGS.value)
+  except sbatch.SlurmError as e:
+    print(f"tfdist launch: {e}", file=sys.stderr)
+    return 1
