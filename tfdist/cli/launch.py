@@ -6,6 +6,9 @@ its TF_CONFIG, output prefixed with the task. Exits with the cluster's code.
 With --slurm, submits the same job to SLURM instead (one SLURM task per TF
 task, see tfdist/templates/slurm.sbatch), streams its output and exits with
 the job's exit code.
+
+With --kubernetes=tfjob|indexed, prints the manifests for `kubectl apply -f -`
+(a Kubeflow TFJob, or Indexed Jobs plus a headless Service) and starts nothing.
 """
 
 import sys
@@ -27,6 +30,11 @@ _TIME_MINUTES = flags.DEFINE_integer("time_minutes", 60, "--slurm: the job's tim
                                      lower_bound=1)
 _SBATCH_TEMPLATE = flags.DEFINE_string("sbatch_template", None, "--slurm: your own copy of "
                                        "tfdist/templates/slurm.sbatch.")
+_KUBERNETES = flags.DEFINE_enum("kubernetes", None, ["tfjob", "indexed"], "Print Kubernetes "
+                                "manifests for this cluster instead of running it.")
+_IMAGE = flags.DEFINE_string("image", None, "--kubernetes: the container image with your code.")
+_NAME = flags.DEFINE_string("name", "tfdist", "--kubernetes: the job's name (a DNS label).")
+_NAMESPACE = flags.DEFINE_string("namespace", "default", "--kubernetes: the namespace.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "--slurm: where the sbatch script and the "
                                "job's output go (default: the current directory).")
 _SBATCH_ARGS = flags.DEFINE_multi_string("sbatch", [], "--slurm: an extra #SBATCH directive, "
@@ -42,6 +50,8 @@ def main(argv):
     return 2
   if _SLURM.value:
     return _submit(command)
+  if _KUBERNETES.value:
+    return _print_manifests(command)
   spec = cluster_lib.ClusterSpec.local(_WORKERS.value, ps=_PS.value, chief=_CHIEF.value,
                                        evaluator=_EVALUATOR.value)
   print(f"[tfdist launch] {spec}", flush=True)
@@ -64,3 +74,16 @@ def _submit(command) -> int:
   except sbatch.SlurmError as e:
     print(f"tfdist launch: {e}", file=sys.stderr)
     return 1
+
+
+def _print_manifests(command) -> int:
+  from tfdist import kubernetes  # Deferred: only --kubernetes needs it.
+  build = kubernetes.tfjob if _KUBERNETES.value == "tfjob" else kubernetes.indexed_jobs
+  try:
+    docs = build(_NAME.value, image=_IMAGE.value, command=command, workers=_WORKERS.value,
+                 ps=_PS.value, chief=_CHIEF.value, namespace=_NAMESPACE.value)
+  except ValueError as e:
+    print(f"tfdist launch: {e}", file=sys.stderr)
+    return 2
+  sys.stdout.write(kubernetes.to_yaml(docs))
+  return 0
