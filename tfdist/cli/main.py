@@ -12,6 +12,7 @@ COMMANDS = {
     "train": "Train a Keras model under any strategy (default: a CNN on the embedded digits).",
     "compare": "Train the same model under every strategy and print one table.",
     "launch": "Run a command as every task of a local cluster, each with its TF_CONFIG.",
+    "doctor": "Check versions, devices, the Keras matrix and the cluster; exit 1 on problems.",
 }
 
 

@@ -1,0 +1,60 @@
+"""tfdist.doctor and `tfdist doctor`: a report, and exit 1 on any problem."""
+
+import re
+import socket
+
+import helpers
+from tfdist import doctor
+from tfdist.cluster import ClusterSpec
+
+
+def test_single_process_has_no_problems():
+  report = doctor.diagnose({})
+  assert not report.problems
+  text = str(report)
+  assert "tf.keras is  tf_keras" in text
+  assert "logical   /device:CPU:0, /device:CPU:1" in text
+  assert "keras3   parameter_server" in text and "FAILS: Keras 3 cannot fit" in text
+  assert "no problems found" in text
+
+
+def test_invalid_tf_config_is_a_problem():
+  report = doctor.diagnose({"TF_CONFIG": '{"cluster": {"worker": ["localhost"]}}'})
+  assert report.problems == [
+      "TF_CONFIG is invalid: `cluster.worker[0]` is not host:port. Add a port, e.g. "
+      "'localhost:2222'. Received: 'localhost'"]
+
+
+def test_reachability_of_every_task():
+  spec = ClusterSpec.local(workers=2)
+  listener = socket.socket()
+  listener.bind(("127.0.0.1", int(spec.jobs["worker"][1].rsplit(":", 1)[1])))
+  listener.listen()
+  try:
+    report = doctor.diagnose({"TF_CONFIG": spec.tf_config("worker", 0)},
+                             reachability_timeout=0.5)
+  finally:
+    listener.close()
+  text = str(report)
+  assert re.search(rf"worker:1 +{spec.jobs['worker'][1]} reachable", text)
+  assert "worker:0 (this task)" in text
+  assert report.problems == []  # This task itself is not serving yet: that is fine.
+
+
+def test_unreachable_task_is_a_problem():
+  spec = ClusterSpec.local(workers=2)
+  report = doctor.diagnose({"TF_CONFIG": spec.tf_config("worker", 0)},
+                           reachability_timeout=0.5)
+  assert report.problems == [f"task worker:1 at {spec.jobs['worker'][1]} does not answer: "
+                             "start it, or fix its address."]
+
+
+def test_cli_exit_codes():
+  ok = helpers.run(helpers.tfdist_cli("doctor"), timeout=120)
+  assert ok.returncode == 0, ok.stdout[-2000:]
+  assert "no problems found" in ok.stdout
+  bad = helpers.run(helpers.tfdist_cli("doctor"), timeout=120,
+                    env={"TF_CONFIG": '{"cluster": {"worker": ["h:1"]}, "task": {"type": '
+                                      '"worker", "index": 3}}'})
+  assert bad.returncode == 1
+  assert "`task.index` is out of range for job 'worker'" in bad.stdout
