@@ -1,0 +1,103 @@
+"""tfdist.launch.notebook_launch: from a real Jupyter kernel, as a user's cell runs it."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+import helpers
+from tfdist import launch
+
+TRAIN_CELL = '''
+import tfdist
+
+def train():
+    import tfdist
+    strategy = tfdist.make_strategy("multi_worker_mirrored")
+    import numpy as np
+    from tfdist import keras
+    x = np.random.default_rng(0).random((64, 4)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    history = model.fit(x, y, batch_size=16, epochs=3, verbose=0)
+    print("LOSSES", [round(l, 6) for l in history.history["loss"]])
+
+tfdist.launch.notebook_launch(train, workers=2, timeout=240)
+'''
+
+
+@pytest.mark.slow
+def test_a_notebook_cell_trains_a_two_worker_cluster():
+  notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(TRAIN_CELL)])
+  env_before = dict(os.environ)
+  os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+  try:
+    NotebookClient(notebook, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": helpers.REPO}}).execute()
+  finally:
+    os.environ.clear()
+    os.environ.update(env_before)
+  text = "".join(o.get("text", "") for o in notebook.cells[0].outputs)
+  losses = dict(re.findall(r"\[(worker:\d)\] LOSSES (.*)", text))
+  assert set(losses) == {"worker:0", "worker:1"}, text[-3000:]
+  assert losses["worker:0"] == losses["worker:1"]
+
+
+def test_a_failing_task_raises_in_the_cell():
+  def crash():
+    import sys
+    print("about to fail")
+    sys.exit(5)
+  with pytest.raises(launch.LaunchError, match=r"ended with exit code 5.*Received: exit code 5"):
+    launch.notebook_launch(crash, workers=2, output=open(os.devnull, "w"))
+
+
+def test_rejects_what_is_not_a_function_or_path():
+  with pytest.raises(TypeError, match=r"takes a function or a script path. Received: int"):
+    launch.notebook_launch(3)
+
+
+def test_interrupt_stops_every_task(tmp_path):
+  """What the kernel's interrupt does: SIGINT to the process running the cell."""
+  pids = tmp_path / "pids"
+  pids.mkdir()
+  script = tmp_path / "cell.py"
+  script.write_text(f"""
+import os, sys, time
+from tfdist import launch
+def sleeper():
+    import os, time
+    open(os.path.join({str(pids)!r}, str(os.getpid())), "w").close()
+    time.sleep(600)
+try:
+    launch.notebook_launch(sleeper, workers=2)
+except launch.LaunchError as e:
+    print("STOPPED", e, flush=True)
+""")
+  process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+  try:
+    deadline = time.monotonic() + 60
+    while len(os.listdir(pids)) < 2 and time.monotonic() < deadline:
+      time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=60)
+  finally:
+    try:
+      os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
+  assert "received SIGINT; stopping every task" in out
+  assert "STOPPED" in out and "exit code 130" in out
+  assert len(os.listdir(pids)) == 2
+  for pid in map(int, os.listdir(pids)):
+    with pytest.raises(ProcessLookupError):
+      os.kill(pid, 0)
