@@ -56,7 +56,9 @@ def main(argv):
                                        evaluator=_EVALUATOR.value)
   print(f"[tfdist launch] {spec}", flush=True)
   try:
-    return launch_lib.launch_local(command, spec, timeout=_TIMEOUT.value)
+    code = launch_lib.launch_local(command, spec, timeout=_TIMEOUT.value)
+    # A task killed by signal N exits the launcher with 128 + N, as shells do.
+    return code if code >= 0 else 128 - code
   except launch_lib.LaunchError as e:
     print(f"tfdist launch: {e}", file=sys.stderr)
     return 127
