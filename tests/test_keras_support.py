@@ -84,6 +84,12 @@ class TestMultiWorkerMirrored:
               for line in result.stdout.splitlines() if "TRAINED: " in line}
     assert set(losses) == {"[worker:0", "[worker:1"}
     assert losses["[worker:0"] == losses["[worker:1"]
+    evaluated = {line.split("]")[0]: line.split("EVALUATED: ")[1]
+                 for line in result.stdout.splitlines() if "EVALUATED: " in line}
+    assert evaluated["[worker:0"] == evaluated["[worker:1"]
+    assert "predictions=(64, 1)" in evaluated["[worker:0"]
+    final_loss = float(losses["[worker:0"].strip("]").split(", ")[-1])
+    assert float(evaluated["[worker:0"].split()[0].split("=")[1]) < 1.5 * final_loss
 
   def test_keras3_single_worker_is_allowed(self):
     result = _launch("keras3", "multi_worker_mirrored", workers=1)

@@ -15,7 +15,10 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from tfdist import data
 from tfdist import datasets
+from tfdist import distributed_input
+from tfdist import input_report
 from tfdist import scaling
 from tfdist import strategies
 
@@ -50,6 +53,7 @@ class TrainResult:
   examples_per_second: float
   step_time_ms: float
   weights_digest: str
+  input_bound: Optional[float]  # Share of step time waiting for data; None under PSS.
 
   def as_dict(self) -> dict:
     return dataclasses.asdict(self)
@@ -75,20 +79,12 @@ def make_dataset_fn(images: np.ndarray, labels: np.ndarray, global_batch_size: i
   what the user asked for whatever the number of replicas.
   """
   def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
-    batch = input_context.get_per_replica_batch_size(global_batch_size)
-    ds = tf.data.Dataset.from_tensor_slices((images, labels))
-    # Sharded by hand, so no auto-shard policy applies.
-    ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    ds = ds.shuffle(len(images), seed=seed, reshuffle_each_iteration=True)
-    return ds.repeat().batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    source = data.from_tensors(images, labels).shard(
+        input_context.num_input_pipelines, input_context.input_pipeline_id)
+    return data.build(source, batch_size=input_context.get_per_replica_batch_size(
+        global_batch_size), cache="memory", shuffle_buffer=len(images), repeat=True,
+                      seed=seed)
   return dataset_fn
-
-
-def distributed_input(strategy: tf.distribute.Strategy, dataset_fn):
-  """What `fit` takes under `strategy`: a DatasetCreator for PSS, else a distributed dataset."""
-  if isinstance(strategy, tf.distribute.ParameterServerStrategy):
-    return keras.utils.experimental.DatasetCreator(dataset_fn)
-  return strategy.distribute_datasets_from_function(dataset_fn)
 
 
 class _EpochTimer(keras.callbacks.Callback):
@@ -145,9 +141,16 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
                   metrics=["accuracy"])
   dataset_fn = make_dataset_fn(x_train, y_train, config.batch_size, config.seed)
   timer = _EpochTimer()
-  history = model.fit(distributed_input(strategy, dataset_fn), epochs=config.epochs,
-                      steps_per_epoch=steps_per_epoch, callbacks=[timer],
-                      verbose=config.verbose)
+  callbacks = [timer]
+  report = None
+  # Keras refuses batch-level callbacks under parameter servers, whose steps run
+  # on the workers anyway: no input-bound share there.
+  if not isinstance(strategy, tf.distribute.ParameterServerStrategy):
+    report = input_report.InputBoundReport(dataset_fn, verbose=config.verbose > 0)
+    callbacks.append(report)
+  history = model.fit(distributed_input.distribute_function(strategy, dataset_fn),
+                      epochs=config.epochs, steps_per_epoch=steps_per_epoch,
+                      callbacks=callbacks, verbose=config.verbose)
   # Evaluate on a plain copy: the same numbers for every strategy, PSS included.
   evaluator = small_cnn()
   evaluator.set_weights(model.get_weights())
@@ -160,4 +163,5 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
       accuracy=accuracy, losses=[float(l) for l in history.history["loss"]],
       examples_per_second=steps_per_epoch * config.batch_size / seconds_per_epoch,
       step_time_ms=1000 * seconds_per_epoch / steps_per_epoch,
-      weights_digest=weights_digest(model.get_weights()))
+      weights_digest=weights_digest(model.get_weights()),
+      input_bound=report.result.share if report and report.result else None)

@@ -57,3 +57,7 @@ except Exception as e:  # What users hit without tfdist.
   print(f"FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
   sys.exit(4)
 print(f"TRAINED: losses={history.history['loss']}", flush=True)
+if flavour == "tf_keras" and strategy_name == "multi_worker_mirrored":
+  evaluation = model.evaluate(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), verbose=0)
+  predictions = model.predict(tf.data.Dataset.from_tensor_slices(x).batch(16), verbose=0)
+  print(f"EVALUATED: loss={evaluation:.6f} predictions={predictions.shape}", flush=True)

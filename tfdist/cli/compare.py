@@ -27,7 +27,8 @@ _TIMEOUT = flags.DEFINE_float("timeout", 600, "Seconds allowed per strategy.", l
 _RESULT_FILE = flags.DEFINE_string("result_file", None, "Write all results as JSON here.")
 
 _SINGLE_MACHINE = ("one_device", "mirrored", "central_storage")
-_HEADER = ("strategy", "replicas", "mode", "accuracy", "examples/s", "step ms", "time s")
+_HEADER = ("strategy", "replicas", "mode", "accuracy", "examples/s", "step ms", "input wait",
+           "time s")
 
 
 def _run_one(name: str, workdir: str) -> dict:
@@ -59,10 +60,12 @@ def _run_one(name: str, workdir: str) -> dict:
 
 def _row(r: dict):
   if "error" in r:
-    return (r["strategy"], "-", "-", "FAILED", "-", "-", f"{r['seconds']:.0f}")
+    return (r["strategy"], "-", "-", "FAILED", "-", "-", "-", f"{r['seconds']:.0f}")
   return (r["strategy"], str(r["replicas"]), "sync" if r["sync"] else "async",
           f"{r['accuracy']:.3f}", f"{r['examples_per_second']:.0f}",
-          f"{r['step_time_ms']:.1f}", f"{r['seconds']:.0f}")
+          f"{r['step_time_ms']:.1f}",
+          "n/a" if r["input_bound"] is None else f"{100 * r['input_bound']:.0f}%",
+          f"{r['seconds']:.0f}")
 
 
 def _print_table(rows) -> None:
@@ -96,7 +99,8 @@ def main(argv):
            if "error" not in r and abs(r["accuracy"] - baseline["accuracy"]) > _TOLERANCE.value]
     print(f"\nEvery strategy trains the same model on the same data; accuracy must be within "
           f"{_TOLERANCE.value:.2f} of {baseline['strategy']} ({baseline['accuracy']:.3f}). "
-          "step ms and examples/s are medians over epochs 2+; "
+          "step ms and examples/s are medians over epochs 2+; input wait is the share of "
+          "a step spent waiting for data (n/a: parameter-server steps run remotely); "
           "on 2 CPU cores more replicas share the same cores, so they are not faster here.")
   if _RESULT_FILE.value:
     with open(_RESULT_FILE.value, "w") as f:

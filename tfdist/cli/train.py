@@ -108,7 +108,8 @@ def main(argv):
   result = training.train(config)
   print(f"strategy={result.strategy} replicas={result.replicas} "
         f"accuracy={result.accuracy:.4f} examples/s={result.examples_per_second:.0f} "
-        f"step_time_ms={result.step_time_ms:.2f} weights={result.weights_digest}",
+        f"step_time_ms={result.step_time_ms:.2f} weights={result.weights_digest} "
+        f"input_bound={'n/a' if result.input_bound is None else f'{result.input_bound:.2f}'}",
         flush=True)
   if _RESULT_FILE.value and _is_writer(cluster_lib.ClusterSpec.from_env()):
     with open(_RESULT_FILE.value, "w") as f:

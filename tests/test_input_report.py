@@ -1,0 +1,78 @@
+"""tfdist.input_report: the share of step time waiting for data, measured."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfdist
+from tfdist import distributed_input as di
+from tfdist import input_report
+from tfdist import keras
+
+X = np.random.default_rng(0).random((2048, 32)).astype("float32")
+Y = X.sum(axis=1, keepdims=True)
+
+
+def slow_fn(context):
+  def slow(v, t):  # Expensive and sequential: the step waits for it.
+    for _ in range(30):
+      v = tf.sin(v) + tf.cos(v)
+    return v, t
+  return tf.data.Dataset.from_tensor_slices((X, Y)).map(slow).repeat().batch(64)
+
+
+def fast_fn(context):
+  return tf.data.Dataset.from_tensor_slices((X, Y)).cache().repeat().batch(64).prefetch(
+      tf.data.AUTOTUNE)
+
+
+def fit_with_report(dataset_fn):
+  strategy = tfdist.make_strategy("one_device")
+  with strategy.scope():
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(256, activation="relu"),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+  report = input_report.InputBoundReport(dataset_fn, verbose=False)
+  model.fit(di.distribute_function(strategy, dataset_fn), epochs=2, steps_per_epoch=30,
+            verbose=0, callbacks=[report])
+  return model, report
+
+
+def test_slow_pipeline_is_highly_input_bound_and_cached_one_is_not():
+  _, slow = fit_with_report(slow_fn)
+  _, fast = fit_with_report(fast_fn)
+  assert slow.result.share > 0.5 and slow.result.verdict == "highly input-bound"
+  assert fast.result.share < slow.result.share / 2
+  assert "input-bound:" in str(slow.result) and "% of step time waiting for data" in str(
+      slow.result)
+
+
+def test_probe_leaves_the_model_unchanged(monkeypatch):
+  strategy = tfdist.make_strategy("one_device")
+  with strategy.scope():
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+  model.fit(di.distribute_function(strategy, fast_fn), epochs=1, steps_per_epoch=5, verbose=0)
+  weights = model.get_weights()
+  slots = [v.numpy() for v in model.optimizer.variables()]
+  report = input_report.InputBoundReport(fast_fn)
+  report.set_model(model)
+  report._time_compute(strategy)
+  for before, after in zip(weights, model.get_weights()):
+    np.testing.assert_array_equal(before, after)
+  for before, after in zip(slots, model.optimizer.variables()):
+    np.testing.assert_array_equal(before, after.numpy())
+
+
+@pytest.mark.parametrize("share, verdict", [(0.02, "not input-bound"),
+                                            (0.10, "moderately input-bound"),
+                                            (0.37, "highly input-bound")])
+def test_thresholds(share, verdict):
+  assert input_report.InputBound(share, 10.0, 10.0 * (1 - share)).verdict == verdict
+
+
+def test_custom_loop_function():
+  iterator = iter(slow_fn(None))
+  step = tf.function(lambda batch: tf.reduce_sum(batch[0]))
+  result = input_report.input_wait_share(iterator, step, steps=10)
+  assert result.share > 0.5

@@ -1,0 +1,186 @@
+"""Input pipelines in the known-good order, fast by default.
+
+`build(...)` puts a `tf.data.Dataset` through: deterministic preprocessing,
+cache, shuffle, repeat, random augmentation (parallel, AUTOTUNE), batch, maps
+that work on whole batches (vectorised), prefetch (AUTOTUNE); and applies the
+`tf.data.Options` users actually tune, from `PipelineOptions`.
+
+Why this order: the cache keeps the work that is the same every epoch and
+nothing random; shuffling after the cache reshuffles cheaply; a map after
+batching runs once per batch instead of once per element (FACTS.md: 35x for a
+cheap map); prefetch overlaps the pipeline with the training step.
+
+Augmentations must use stateless random ops (`tf.image.stateless_random_*`) so
+tf.data can run them in parallel: stateful random ops keep the map sequential.
+`augment_images` is one such map, seeded per element from `Dataset.counter()`.
+
+Example:
+
+>>> ds = data.build(data.from_tensors(images, labels), batch_size=64,
+...                 shuffle_buffer=2048, cache="memory", repeat=True)
+"""
+
+import dataclasses
+from typing import Callable, Optional, Sequence, Union
+
+import tensorflow as tf
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineOptions:
+  """The tf.data knobs people tune, with TF's defaults unless said otherwise.
+
+  Attributes:
+    autotune: let tf.data tune parallelism and buffer sizes (on).
+    ram_budget_mb: memory tf.data may use for buffers (None: half of RAM).
+    cpu_budget: cores tf.data may plan for (None: all).
+    deterministic: keep element order (None: TF's default, which is True).
+    map_parallelization: let tf.data parallelise maps it can (on).
+    private_threadpool_size: a thread pool for this pipeline only (None: shared).
+  """
+
+  autotune: bool = True
+  ram_budget_mb: Optional[int] = None
+  cpu_budget: Optional[int] = None
+  deterministic: Optional[bool] = None
+  map_parallelization: bool = True
+  private_threadpool_size: Optional[int] = None
+
+  def __post_init__(self):
+    for field in ("ram_budget_mb", "cpu_budget", "private_threadpool_size"):
+      value = getattr(self, field)
+      if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                or value < 1):
+        raise ValueError(f"`{field}` must be an integer >= 1, or None. Received: {value!r}")
+
+  def to_tf(self) -> tf.data.Options:
+    options = tf.data.Options()
+    options.autotune.enabled = self.autotune
+    if self.ram_budget_mb is not None:
+      options.autotune.ram_budget = self.ram_budget_mb * 1024 * 1024
+    if self.cpu_budget is not None:
+      options.autotune.cpu_budget = self.cpu_budget
+    if self.deterministic is not None:
+      options.deterministic = self.deterministic
+    options.experimental_optimization.map_parallelization = self.map_parallelization
+    if self.private_threadpool_size is not None:
+      options.threading.private_threadpool_size = self.private_threadpool_size
+    return options
+
+
+Map = Callable[..., object]
+
+
+def build(dataset: tf.data.Dataset, *, batch_size: int,
+          preprocess: Optional[Map] = None, augment: Optional[Map] = None,
+          batch_map: Optional[Map] = None, cache: Union[None, str] = None,
+          shuffle_buffer: Optional[int] = None, repeat: bool = False,
+          drop_remainder: bool = True, seed: Optional[int] = None,
+          options: PipelineOptions = PipelineOptions()) -> tf.data.Dataset:
+  """The pipeline, in the known-good order.
+
+  Args:
+    dataset: elements (e.g. from `from_tensors`, `from_files`, `from_tfds`).
+    batch_size: the batch this pipeline yields (per replica, under a strategy).
+    preprocess: deterministic per-element map, done once if `cache` is set.
+    augment: random per-element map (stateless random ops), done every epoch.
+    batch_map: a map over whole batches (vectorised work: normalise, cast, ...).
+    cache: None, "memory", or a file path prefix for an on-disk cache.
+    shuffle_buffer: elements to shuffle over (None: no shuffle).
+    repeat: repeat forever (for `steps_per_epoch` training).
+    drop_remainder: drop the last partial batch (static shapes, equal replicas).
+    seed: shuffle seed.
+    options: the tf.data options to apply.
+
+  Raises:
+    ValueError: a bad batch size, buffer or cache value.
+  """
+  if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    raise ValueError(f"`batch_size` must be an integer >= 1. Received: {batch_size!r}")
+  if shuffle_buffer is not None and (not isinstance(shuffle_buffer, int) or shuffle_buffer < 1):
+    raise ValueError(f"`shuffle_buffer` must be an integer >= 1, or None. "
+                     f"Received: {shuffle_buffer!r}")
+  if cache is not None and not isinstance(cache, str):
+    raise ValueError("`cache` must be None, 'memory' or a file path prefix. "
+                     f"Received: {cache!r}")
+  if preprocess is not None:
+    dataset = dataset.map(preprocess, num_parallel_calls=AUTOTUNE)
+  if cache is not None:
+    dataset = dataset.cache("" if cache == "memory" else cache)
+  if shuffle_buffer:
+    dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+  if repeat:
+    dataset = dataset.repeat()
+  if augment is not None:
+    dataset = dataset.map(augment, num_parallel_calls=AUTOTUNE)
+  dataset = dataset.batch(batch_size, drop_remainder=drop_remainder,
+                          num_parallel_calls=AUTOTUNE)
+  if batch_map is not None:
+    dataset = dataset.map(batch_map, num_parallel_calls=AUTOTUNE)
+  dataset = dataset.prefetch(AUTOTUNE)
+  return dataset.with_options(options.to_tf())
+
+
+def from_tensors(*arrays) -> tf.data.Dataset:
+  """Elements from in-memory arrays, e.g. `from_tensors(images, labels)`."""
+  return tf.data.Dataset.from_tensor_slices(arrays if len(arrays) > 1 else arrays[0])
+
+
+def from_files(files: Union[str, Sequence[str]], *, parse: Optional[Map] = None,
+               reader: Callable[[tf.Tensor], tf.data.Dataset] = tf.data.TFRecordDataset,
+               shuffle_files: bool = True, seed: Optional[int] = None) -> tf.data.Dataset:
+  """Records read from many files at once (parallel interleave), optionally parsed.
+
+  The file list comes first, so a distributed dataset can shard by FILE.
+
+  Raises:
+    ValueError: no file matches.
+  """
+  names = tf.io.gfile.glob(files) if isinstance(files, str) else list(files)
+  if not names:
+    raise ValueError(f"No file matches `files`. Received: {files!r}")
+  dataset = tf.data.Dataset.from_tensor_slices(sorted(names))
+  if shuffle_files:
+    dataset = dataset.shuffle(len(names), seed=seed)
+  dataset = dataset.interleave(reader, cycle_length=min(len(names), 16),
+                               num_parallel_calls=AUTOTUNE, deterministic=False)
+  if parse is not None:
+    dataset = dataset.map(parse, num_parallel_calls=AUTOTUNE)
+  return dataset
+
+
+def from_tfds(name: str, *, split: str, data_dir: str,
+              input_context: Optional[tf.distribute.InputContext] = None,
+              shuffle_files: bool = True) -> tf.data.Dataset:
+  """(features, label) pairs of a prepared TFDS dataset in `data_dir`, offline.
+
+  With `input_context`, each input pipeline reads its own files.
+  """
+  import tensorflow_datasets as tfds  # Deferred: only this source needs TFDS.
+  if name == "tfdist_digits":
+    from tfdist import tfds_digits
+    tfds_digits.prepare(data_dir)  # Writes the shards once; no network either way.
+  read_config = tfds.ReadConfig(input_context=input_context, try_autocache=False)
+  return tfds.load(name, split=split, data_dir=data_dir, as_supervised=True,
+                   shuffle_files=shuffle_files, read_config=read_config, download=False)
+
+
+def augment_images(dataset: tf.data.Dataset, *, crop_size: Sequence[int],
+                   seed: int = 0) -> tf.data.Dataset:
+  """Random crop and flip with stateless ops, seeded per element: parallel-safe.
+
+  `dataset` yields (image, label) with images larger than `crop_size` (h, w).
+  """
+  seeds = tf.data.Dataset.counter().map(lambda i: tf.stack([tf.cast(seed, tf.int64), i]))
+
+  def augment(element, element_seed):
+    image, label = element
+    channels = tf.shape(image)[-1]
+    image = tf.image.stateless_random_crop(
+        image, tf.concat([tf.constant(crop_size, tf.int32), [channels]], 0), element_seed)
+    image = tf.image.stateless_random_flip_left_right(image, element_seed + 1)
+    return image, label
+
+  return tf.data.Dataset.zip((dataset, seeds)).map(augment, num_parallel_calls=AUTOTUNE)

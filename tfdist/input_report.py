@@ -1,0 +1,152 @@
+"""How much of each training step waits for input, and what to do about it.
+
+Keras fetches the next batch inside its compiled step, so waiting cannot be
+timed from Python. `InputBoundReport` times real steps during `fit` (epochs 2+,
+after tracing), then times the same compiled step on one cached batch, which
+needs no input work: the difference is the wait. Weights and optimizer state
+are restored afterwards, so training is unaffected. For custom loops,
+`input_wait_share` times `next(iterator)` and the step separately.
+
+Thresholds are the TF profiler's: under 5% fine, 5-20% moderately, 20% or more
+highly input-bound.
+
+Example:
+
+>>> report = InputBoundReport(dataset_fn)
+>>> model.fit(distribute_function(strategy, dataset_fn), callbacks=[report], ...)
+input-bound: 37% of step time waiting for data (highly input-bound: ...)
+"""
+
+import dataclasses
+import statistics
+import time
+from typing import Callable, Iterator, List, Optional
+
+import tensorflow as tf
+import tf_keras
+
+from tfdist import distributed_input
+
+
+@dataclasses.dataclass(frozen=True)
+class InputBound:
+  """The measured share of step time spent waiting for input."""
+
+  share: float
+  step_ms: float
+  compute_ms: float
+
+  @property
+  def verdict(self) -> str:
+    if self.share < 0.05:
+      return "not input-bound"
+    if self.share < 0.20:
+      return "moderately input-bound"
+    return "highly input-bound"
+
+  @property
+  def suggestion(self) -> str:
+    if self.share < 0.05:
+      return "the input pipeline keeps up; nothing to do"
+    return ("use tfdist.data.build (parallel map and prefetch with AUTOTUNE), cache "
+            "what is the same every epoch, batch before cheap maps, and use stateless "
+            "random ops in augmentation")
+
+  def __str__(self) -> str:
+    return (f"input-bound: {100 * self.share:.0f}% of step time waiting for data "
+            f"({self.verdict}: step {self.step_ms:.2f} ms, of which compute "
+            f"{self.compute_ms:.2f} ms; {self.suggestion})")
+
+
+def _share(step_seconds: float, compute_seconds: float) -> InputBound:
+  share = min(1.0, max(0.0, 1.0 - compute_seconds / step_seconds)) if step_seconds else 0.0
+  return InputBound(share=share, step_ms=1000 * step_seconds, compute_ms=1000 * compute_seconds)
+
+
+def input_wait_share(iterator: Iterator, step_fn: Callable, steps: int = 20,
+                     warmup: int = 2) -> InputBound:
+  """For custom loops: times fetching each batch and running the step, separately.
+
+  Args:
+    iterator: yields batches (a dataset or distributed dataset iterator).
+    step_fn: runs one step on a batch (e.g. a tf.function calling strategy.run).
+    steps: steps to time after `warmup` untimed ones.
+  """
+  fetch, compute = [], []
+  for i in range(warmup + steps):
+    start = time.perf_counter()
+    batch = next(iterator)
+    fetched = time.perf_counter()
+    result = step_fn(batch)
+    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, result)
+    done = time.perf_counter()
+    if i >= warmup:
+      fetch.append(fetched - start)
+      compute.append(done - fetched)
+  compute_seconds = statistics.median(compute)
+  return _share(compute_seconds + statistics.median(fetch), compute_seconds)
+
+
+class InputBoundReport(tf_keras.callbacks.Callback):
+  """Prints, at the end of `fit`, the share of step time spent waiting for data.
+
+  Args:
+    dataset_fn: the `dataset_fn(input_context)` that feeds `fit` (see
+      `tfdist.distributed_input.distribute_function`).
+    probe_steps: compiled-step calls to time on the cached batch.
+    verbose: print the report at the end of training.
+
+  Attributes:
+    result: the `InputBound` measured, or None (e.g. under parameter servers,
+      where steps run on remote workers).
+  """
+
+  def __init__(self, dataset_fn: Callable, *, probe_steps: int = 20, verbose: bool = True):
+    super().__init__()
+    self.dataset_fn = dataset_fn
+    self.probe_steps = probe_steps
+    self.verbose = verbose
+    self.result: Optional[InputBound] = None
+    self._epoch = 0
+    self._step_seconds: List[float] = []
+
+  def on_epoch_begin(self, epoch, logs=None):
+    self._epoch = epoch
+
+  def on_train_batch_begin(self, batch, logs=None):
+    self._start = time.perf_counter()
+
+  def on_train_batch_end(self, batch, logs=None):
+    if self._epoch > 0 or batch > 2:  # Leave out tracing and the first steps.
+      self._step_seconds.append(time.perf_counter() - self._start)
+
+  def on_train_end(self, logs=None):
+    strategy = self.model.distribute_strategy
+    if isinstance(strategy, tf.distribute.ParameterServerStrategy) or not self._step_seconds:
+      return
+    compute = self._time_compute(strategy)
+    self.result = _share(statistics.median(self._step_seconds), compute)
+    if self.verbose:
+      print(self.result, flush=True)
+
+  def _time_compute(self, strategy) -> float:
+    def cached_fn(context):
+      return self.dataset_fn(context).take(1).cache().repeat()
+    iterator = iter(distributed_input.distribute_function(strategy, cached_fn))
+    model = self.model
+    weights = model.get_weights()
+    optimizer_state = [v.numpy() for v in model.optimizer.variables()]
+    try:
+      train_function = model.make_train_function()
+      for _ in range(2):  # Fill the cache and settle.
+        train_function(iterator)
+      seconds = []
+      for _ in range(self.probe_steps):
+        start = time.perf_counter()
+        tf.nest.map_structure(lambda t: t.numpy(), train_function(iterator))
+        seconds.append(time.perf_counter() - start)
+      return statistics.median(seconds)
+    finally:
+      model.set_weights(weights)
+      for variable, value in zip(model.optimizer.variables(), optimizer_state):
+        variable.assign(value)
