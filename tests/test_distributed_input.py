@@ -91,3 +91,15 @@ def test_distribute_function_turns_auto_sharding_off_and_trains():
                       steps_per_epoch=4, verbose=0)
   assert seen == [2]
   assert history.history["loss"][-1] < history.history["loss"][0]
+
+
+def test_explain_cli():
+  import helpers
+  result = helpers.run(helpers.tfdist_cli("explain", "--workers=2", "--replicas_per_worker=2"),
+                       timeout=120)
+  assert result.returncode == 0, result.stdout[-2000:]
+  assert "shard policy       FILE" in result.stdout
+  assert "steps per epoch    22" in result.stdout
+  bad = helpers.run(helpers.tfdist_cli("explain", "--workers=2", "--num_elements=10"),
+                    timeout=120)
+  assert bad.returncode == 1 and "could not run a single step" in bad.stdout

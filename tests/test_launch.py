@@ -142,7 +142,7 @@ class TestCli:
   def test_unknown_command_lists_valid_ones(self):
     result = helpers.run(helpers.tfdist_cli("lunch"), timeout=60)
     assert result.returncode == 2
-    assert "unknown command 'lunch'. Valid commands: ['compare', 'doctor', 'launch', 'train']" \
+    assert "unknown command 'lunch'. Valid commands: ['compare', 'doctor', 'explain', 'launch', 'train']" \
         in result.stdout
 
 

@@ -1,9 +1,9 @@
 """How much of each training step waits for input, and what to do about it.
 
 Keras fetches the next batch inside its compiled step, so waiting cannot be
-timed from Python. `InputBoundReport` times real steps during `fit` (epochs 2+,
-after tracing), then times the same compiled step on one cached batch, which
-needs no input work: the difference is the wait. Weights and optimizer state
+timed from Python. `InputBoundReport` times Keras's compiled train function
+during `fit` (after tracing), then times the same function on one cached
+batch, which needs no input work: the difference is the wait. Weights and optimizer state
 are restored afterwards, so training is unaffected. For custom loops,
 `input_wait_share` times `next(iterator)` and the step separately.
 
@@ -107,20 +107,26 @@ class InputBoundReport(tf_keras.callbacks.Callback):
     self.probe_steps = probe_steps
     self.verbose = verbose
     self.result: Optional[InputBound] = None
-    self._epoch = 0
     self._step_seconds: List[float] = []
 
-  def on_epoch_begin(self, epoch, logs=None):
-    self._epoch = epoch
+  def on_train_begin(self, logs=None):
+    # Time exactly the compiled step Keras calls (fetch included), and nothing of
+    # Keras's own per-step Python work, so both timings measure the same thing.
+    self._train_function = self.model.train_function
+    self._calls = 0
 
-  def on_train_batch_begin(self, batch, logs=None):
-    self._start = time.perf_counter()
+    def timed(iterator):
+      start = time.perf_counter()
+      outputs = self._train_function(iterator)
+      self._calls += 1
+      if self._calls > 3:  # Leave out tracing and the first steps.
+        self._step_seconds.append(time.perf_counter() - start)
+      return outputs
 
-  def on_train_batch_end(self, batch, logs=None):
-    if self._epoch > 0 or batch > 2:  # Leave out tracing and the first steps.
-      self._step_seconds.append(time.perf_counter() - self._start)
+    self.model.train_function = timed
 
   def on_train_end(self, logs=None):
+    self.model.train_function = self._train_function
     strategy = self.model.distribute_strategy
     if isinstance(strategy, tf.distribute.ParameterServerStrategy) or not self._step_seconds:
       return
@@ -137,7 +143,7 @@ class InputBoundReport(tf_keras.callbacks.Callback):
     weights = model.get_weights()
     optimizer_state = [v.numpy() for v in model.optimizer.variables()]
     try:
-      train_function = model.make_train_function()
+      train_function = self._train_function
       for _ in range(2):  # Fill the cache and settle.
         train_function(iterator)
       seconds = []

@@ -141,16 +141,10 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
                   metrics=["accuracy"])
   dataset_fn = make_dataset_fn(x_train, y_train, config.batch_size, config.seed)
   timer = _EpochTimer()
-  callbacks = [timer]
-  report = None
-  # Keras refuses batch-level callbacks under parameter servers, whose steps run
-  # on the workers anyway: no input-bound share there.
-  if not isinstance(strategy, tf.distribute.ParameterServerStrategy):
-    report = input_report.InputBoundReport(dataset_fn, verbose=config.verbose > 0)
-    callbacks.append(report)
+  report = input_report.InputBoundReport(dataset_fn, verbose=config.verbose > 0)
   history = model.fit(distributed_input.distribute_function(strategy, dataset_fn),
                       epochs=config.epochs, steps_per_epoch=steps_per_epoch,
-                      callbacks=callbacks, verbose=config.verbose)
+                      callbacks=[timer, report], verbose=config.verbose)
   # Evaluate on a plain copy: the same numbers for every strategy, PSS included.
   evaluator = small_cnn()
   evaluator.set_weights(model.get_weights())
@@ -164,4 +158,4 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
       examples_per_second=steps_per_epoch * config.batch_size / seconds_per_epoch,
       step_time_ms=1000 * seconds_per_epoch / steps_per_epoch,
       weights_digest=weights_digest(model.get_weights()),
-      input_bound=report.result.share if report and report.result else None)
+      input_bound=report.result.share if report.result else None)

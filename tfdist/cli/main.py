@@ -13,6 +13,7 @@ COMMANDS = {
     "compare": "Train the same model under every strategy and print one table.",
     "launch": "Run a command as every task of a local cluster, each with its TF_CONFIG.",
     "doctor": "Check versions, devices, the Keras matrix and the cluster; exit 1 on problems.",
+    "explain": "Dry-run distributed input: what each worker and replica receives.",
 }
 
 
