@@ -1,37 +1,67 @@
 """Running subprocesses in tests: always with a timeout, never leaving children behind."""
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-from typing import Mapping, Optional, Sequence
+import time
+from typing import Iterator, Mapping, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(REPO, "tests", "scripts")
 
 
-def run(command: Sequence[str], *, timeout: float,
-        env: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess:
-  """Runs `command` in its own process group; kills the whole group on timeout."""
+def _environment(env: Optional[Mapping[str, str]]) -> dict:
   full_env = dict(os.environ)
   full_env.pop("TF_CONFIG", None)
   full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   full_env.update(env or {})
+  return full_env
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+  try:
+    os.killpg(process.pid, signal.SIGKILL)  # Grandchildren too.
+  except ProcessLookupError:
+    pass
+
+
+def run(command: Sequence[str], *, timeout: float,
+        env: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess:
+  """Runs `command` in its own process group; kills the whole group on timeout."""
+  with spawned(command, env=env) as process:
+    try:
+      output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+      _kill_group(process)
+      output, _ = process.communicate()
+      raise AssertionError(f"timed out after {timeout}s: {command}\n{output[-3000:]}")
+  return subprocess.CompletedProcess(command, process.returncode, output, None)
+
+
+@contextlib.contextmanager
+def spawned(command: Sequence[str], *,
+            env: Optional[Mapping[str, str]] = None) -> Iterator[subprocess.Popen]:
+  """A process in its own group, for tests that signal it mid-run.
+
+  On leaving the block, the process and all its children are killed.
+  """
   process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, env=full_env, cwd=REPO,
+                             stdin=subprocess.DEVNULL, env=_environment(env), cwd=REPO,
                              start_new_session=True, text=True, errors="replace")
   try:
-    output, _ = process.communicate(timeout=timeout)
-  except subprocess.TimeoutExpired:
-    os.killpg(process.pid, signal.SIGKILL)
-    output, _ = process.communicate()
-    raise AssertionError(f"timed out after {timeout}s: {command}\n{output[-3000:]}")
+    yield process
   finally:
-    try:
-      os.killpg(process.pid, signal.SIGKILL)  # Grandchildren too.
-    except ProcessLookupError:
-      pass
-  return subprocess.CompletedProcess(command, process.returncode, output, None)
+    _kill_group(process)
+
+
+def wait_for_files(directory, count: int, seconds: float = 120) -> None:
+  """Waits until `directory` holds `count` files (tasks write their pid there)."""
+  deadline = time.monotonic() + seconds
+  while len(os.listdir(directory)) < count and time.monotonic() < deadline:
+    time.sleep(0.2)
+  assert len(os.listdir(directory)) == count, os.listdir(directory)
 
 
 def python(*args: str) -> list:

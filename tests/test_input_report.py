@@ -47,20 +47,25 @@ def test_slow_pipeline_is_highly_input_bound_and_cached_one_is_not():
       slow.result)
 
 
-def test_probe_leaves_the_model_unchanged(monkeypatch):
+def test_probe_leaves_the_model_unchanged():
   strategy = tfdist.make_strategy("one_device")
   with strategy.scope():
     model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(1)])
     model.compile(optimizer="adam", loss="mse")
-  model.fit(di.distribute_function(strategy, fast_fn), epochs=1, steps_per_epoch=5, verbose=0)
-  weights = model.get_weights()
-  slots = [v.numpy() for v in model.optimizer.variables()]
-  report = input_report.InputBoundReport(fast_fn)
-  report.set_model(model)
-  report._time_compute(strategy)
-  for before, after in zip(weights, model.get_weights()):
+
+  class Snapshot(keras.callbacks.Callback):  # Runs before the report's probe.
+    def on_train_end(self, logs=None):
+      self.weights = self.model.get_weights()
+      self.slots = [v.numpy() for v in self.model.optimizer.variables()]
+
+  snapshot = Snapshot()
+  report = input_report.InputBoundReport(fast_fn, verbose=False)
+  model.fit(di.distribute_function(strategy, fast_fn), epochs=2, steps_per_epoch=10,
+            verbose=0, callbacks=[snapshot, report])
+  assert report.result is not None
+  for before, after in zip(snapshot.weights, model.get_weights()):
     np.testing.assert_array_equal(before, after)
-  for before, after in zip(slots, model.optimizer.variables()):
+  for before, after in zip(snapshot.slots, model.optimizer.variables()):
     np.testing.assert_array_equal(before, after.numpy())
 
 

@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import signal
 import sys
 import time
 
@@ -146,34 +147,17 @@ class TestCli:
         in result.stdout
 
 
-def _wait_for_files(directory, count, seconds=120):
-  deadline = time.monotonic() + seconds
-  while len(os.listdir(directory)) < count and time.monotonic() < deadline:
-    time.sleep(0.2)
-  assert len(os.listdir(directory)) == count, os.listdir(directory)
-
-
 @pytest.mark.slow
 def test_worker_killed_mid_training_is_a_readable_error_in_seconds(tmp_path):
-  import signal
-  import subprocess
-  process = subprocess.Popen(
-      helpers.tfdist_cli("launch", "--workers=2", "--timeout=300", "--", PY,
-                         f"{helpers.SCRIPTS}/mwms_long.py", str(tmp_path)),
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-      cwd=helpers.REPO)
-  try:
-    _wait_for_files(tmp_path, 2)
+  command = helpers.tfdist_cli("launch", "--workers=2", "--timeout=300", "--", PY,
+                               f"{helpers.SCRIPTS}/mwms_long.py", str(tmp_path))
+  with helpers.spawned(command) as process:
+    helpers.wait_for_files(tmp_path, 2)
     pids = {name: int((tmp_path / name).read_text()) for name in os.listdir(tmp_path)}
     os.kill(pids["worker-1"], signal.SIGKILL)
     killed_at = time.monotonic()
     out, _ = process.communicate(timeout=120)
     seconds = time.monotonic() - killed_at
-  finally:
-    try:
-      os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-      pass
   assert process.returncode == 128 + signal.SIGKILL
   assert "[tfdist launch] task worker:1 exited with code -9; stopping the other tasks" in out
   assert seconds < 30
@@ -181,22 +165,13 @@ def test_worker_killed_mid_training_is_a_readable_error_in_seconds(tmp_path):
 
 
 def test_sigterm_stops_every_task(tmp_path):
-  import signal
-  import subprocess
   code = (f"import os, time; open(os.path.join({str(tmp_path)!r}, str(os.getpid())), 'w')"
           ".close(); time.sleep(600)")
-  process = subprocess.Popen(helpers.tfdist_cli("launch", "--workers=2", "--", PY, "-c", code),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True, cwd=helpers.REPO)
-  try:
-    _wait_for_files(tmp_path, 2, seconds=60)
+  with helpers.spawned(helpers.tfdist_cli("launch", "--workers=2", "--", PY, "-c", code)) \
+      as process:
+    helpers.wait_for_files(tmp_path, 2, seconds=60)
     process.send_signal(signal.SIGTERM)
     out, _ = process.communicate(timeout=60)
-  finally:
-    try:
-      os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-      pass
   assert process.returncode == 128 + signal.SIGTERM
   assert "received SIGTERM; stopping every task" in out
   assert not any(alive(int(pid)) for pid in os.listdir(tmp_path))

@@ -3,9 +3,7 @@
 import os
 import re
 import signal
-import subprocess
 import sys
-import time
 
 import nbformat
 import pytest
@@ -82,22 +80,24 @@ try:
 except launch.LaunchError as e:
     print("STOPPED", e, flush=True)
 """)
-  process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-  try:
-    deadline = time.monotonic() + 60
-    while len(os.listdir(pids)) < 2 and time.monotonic() < deadline:
-      time.sleep(0.2)
+  with helpers.spawned([sys.executable, str(script)]) as process:
+    helpers.wait_for_files(pids, 2, seconds=60)
     process.send_signal(signal.SIGINT)
     out, _ = process.communicate(timeout=60)
-  finally:
-    try:
-      os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-      pass
   assert "received SIGINT; stopping every task" in out
   assert "STOPPED" in out and "exit code 130" in out
   assert len(os.listdir(pids)) == 2
   for pid in map(int, os.listdir(pids)):
     with pytest.raises(ProcessLookupError):
       os.kill(pid, 0)
+
+
+@pytest.mark.slow
+def test_parameter_server_script_from_a_cell():
+  import io
+  out = io.StringIO()
+  launch.notebook_launch(f"{helpers.REPO}/strategies/parameter_server.py", chief=True,
+                         workers=2, ps=1, timeout=240, output=out)
+  text = out.getvalue()
+  assert re.search(r"\[chief:0\] test accuracy: 0\.[6-9]", text), text[-3000:]
+  assert "[ps:0] tfdist: serving as ps:0" in text

@@ -77,3 +77,33 @@ def test_parameter_server_chief_with_a_missing_ps_fails_in_seconds():
   assert result.returncode != 0
   assert "Task worker:0 at" in result.stdout and "['ps:0']" in result.stdout, \
       result.stdout[-3000:]
+
+
+def test_own_port_in_use_is_a_clear_error():
+  spec = ClusterSpec.local(workers=2).with_task("worker", 0)
+  taken = socket.socket()
+  taken.bind(("127.0.0.1", int(spec.jobs["worker"][0].rsplit(":", 1)[1])))
+  taken.listen()
+  try:
+    with pytest.raises(RuntimeError, match=r"This task's port is already in use.*"
+                       rf"Received: {spec.jobs['worker'][0]}"):
+      preflight.rendezvous(spec, timeout=1)
+  finally:
+    taken.close()
+
+
+def test_rendezvous_listens_while_waiting():
+  """Two tasks meet before either has a TF server."""
+  import threading
+  spec = ClusterSpec.local(workers=2)
+  results = {}
+
+  def task(index):
+    results[index] = preflight.rendezvous(spec.with_task("worker", index), timeout=10)
+
+  threads = [threading.Thread(target=task, args=(i,)) for i in range(2)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(timeout=20)
+  assert set(results) == {0, 1}

@@ -28,6 +28,7 @@ from tfdist import cluster as cluster_lib
 TIMEOUT_ENV = "TFDIST_PREFLIGHT_TIMEOUT"
 DEFAULT_TIMEOUT = 30.0
 _RETRY_SECONDS = 0.25
+_LINGER_SECONDS = 4 * _RETRY_SECONDS
 
 
 class TaskUnreachableError(RuntimeError):
@@ -134,6 +135,10 @@ def rendezvous(spec: cluster_lib.ClusterSpec, *, timeout: Optional[float] = None
         f"another port in the cluster spec. Received: {own} ({e.strerror})") from e
   try:
     listener.listen(64)
-    return wait_for_tasks(spec, timeout=timeout)
+    waited = wait_for_tasks(spec, timeout=timeout)
+    # Stay visible a little longer: a peer may be between two probes and would
+    # otherwise look for us in the gap before TensorFlow's server takes the port.
+    time.sleep(_LINGER_SECONDS)
+    return waited
   finally:
     listener.close()

@@ -50,8 +50,13 @@ def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
 
 
 def _run(args: Sequence[str], env: Optional[Mapping[str, str]]) -> str:
-  result = subprocess.run(list(args), capture_output=True, text=True, timeout=60,
-                          env=None if env is None else dict(env))
+  try:
+    result = subprocess.run(list(args), capture_output=True, text=True, timeout=60,
+                            env=None if env is None else dict(env))
+  except FileNotFoundError as e:
+    raise SlurmError(
+        f"`{args[0]}` is not installed here: run on a SLURM login node, or install "
+        f"SLURM's client tools (Debian: slurm-client). Received: {e}") from e
   if result.returncode != 0:
     raise SlurmError(f"`{shlex.join(args)}` failed with exit code {result.returncode}: "
                      f"{result.stderr.strip() or result.stdout.strip()}")

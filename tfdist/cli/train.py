@@ -7,7 +7,6 @@ says it already runs inside one.
 """
 
 import json
-import os
 import sys
 
 from absl import flags
@@ -66,8 +65,9 @@ def _strategy_options() -> dict:
 
 
 def _needs_local_cluster() -> bool:
+  """Multi-worker, and not already inside a cluster (TF_CONFIG or a SLURM step)."""
   return (_STRATEGY.value in _MULTI_WORKER and not _IN_PROCESS.value
-          and "TF_CONFIG" not in os.environ)
+          and cluster_lib.ClusterSpec.from_env() is None)
 
 
 def _launch_self() -> int:
