@@ -36,7 +36,7 @@ def run(command: Sequence[str], *, timeout: float,
     except subprocess.TimeoutExpired:
       _kill_group(process)
       output, _ = process.communicate()
-      raise AssertionError(f"timed out after {timeout}s: {command}\n{output[-3000:]}")
+      raise AssertionError(f"timed out after {timeout}s: {command}\n{output[-3000:]}") from None
   return subprocess.CompletedProcess(command, process.returncode, output, None)
 
 

@@ -14,7 +14,7 @@ Example:
 """
 
 import math
-from typing import Optional, Union
+from typing import Union
 
 import tensorflow as tf
 import tf_keras

@@ -14,7 +14,6 @@ from absl import flags
 from tfdist import cluster as cluster_lib
 from tfdist import launch as launch_lib
 from tfdist import scaling
-from tfdist import strategies
 from tfdist.strategies import COMMUNICATION, CROSS_DEVICE_OPS
 
 _STRATEGY = flags.DEFINE_enum(
