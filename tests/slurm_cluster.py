@@ -92,7 +92,8 @@ class LocalSlurm:
     raise RuntimeError(f"SLURM did not come up within {timeout}s; logs in {self.root}")
 
   def _start_munge(self) -> None:
-    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0:
+    # `munge -n` succeeds only when a munged is already answering.
+    if subprocess.run(["munge", "-n"], capture_output=True, timeout=30).returncode == 0:
       return
     key = "/etc/munge/munge.key"
     if not os.path.exists(key):
@@ -100,9 +101,10 @@ class LocalSlurm:
       with open(key, "wb") as f:
         f.write(os.urandom(1024))
     munge = pwd.getpwnam("munge")
-    for path in ("/etc/munge", key, "/var/lib/munge", "/var/log/munge", "/run/munge"):
-      os.makedirs(path, exist_ok=True) if path != key else None
-      os.chown(path, munge.pw_uid, munge.pw_gid)
+    for folder in ("/etc/munge", "/var/lib/munge", "/var/log/munge", "/run/munge"):
+      os.makedirs(folder, exist_ok=True)
+      os.chown(folder, munge.pw_uid, munge.pw_gid)
+    os.chown(key, munge.pw_uid, munge.pw_gid)
     os.chmod(key, 0o400)
     subprocess.run(["runuser", "-u", "munge", "--", "munged"], check=True, timeout=30)
 
