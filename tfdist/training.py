@@ -6,8 +6,10 @@ accuracy and speed. The same code path serves every strategy, which is the point
 only the strategy name changes.
 """
 
+import contextlib
 import dataclasses
 import hashlib
+import os
 import time
 from typing import Any, Dict, List, Optional
 
@@ -15,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from tfdist import checkpointing
 from tfdist import data
 from tfdist import datasets
 from tfdist import distributed_input
@@ -22,6 +25,7 @@ from tfdist import input_report
 from tfdist import scaling
 from tfdist import strategies
 
+MODEL_FILE = "model.keras"
 SYNC = {"default": True, "one_device": True, "mirrored": True, "central_storage": True,
         "multi_worker_mirrored": True, "parameter_server": False}
 
@@ -39,6 +43,8 @@ class TrainConfig:
   strategy_options: Dict[str, Any] = dataclasses.field(default_factory=dict)
   seed: int = 42
   verbose: int = 2
+  checkpoint_dir: Optional[str] = None  # Backup to resume from, and the final model.
+  tensorboard_dir: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,9 +148,18 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
   dataset_fn = make_dataset_fn(x_train, y_train, config.batch_size, config.seed)
   timer = _EpochTimer()
   report = input_report.InputBoundReport(dataset_fn, verbose=config.verbose > 0)
-  history = model.fit(distributed_input.distribute_function(strategy, dataset_fn),
-                      epochs=config.epochs, steps_per_epoch=steps_per_epoch,
-                      callbacks=[timer, report], verbose=config.verbose)
+  callbacks = [timer, report]
+  if config.checkpoint_dir:
+    callbacks.append(checkpointing.backup_and_restore(config.checkpoint_dir))
+  with contextlib.ExitStack() as stack:
+    if config.tensorboard_dir:
+      log_dir = stack.enter_context(checkpointing.chief_dir(config.tensorboard_dir, strategy))
+      callbacks.append(keras.callbacks.TensorBoard(log_dir))
+    history = model.fit(distributed_input.distribute_function(strategy, dataset_fn),
+                        epochs=config.epochs, steps_per_epoch=steps_per_epoch,
+                        callbacks=callbacks, verbose=config.verbose)
+  if config.checkpoint_dir:
+    checkpointing.save_model(model, os.path.join(config.checkpoint_dir, MODEL_FILE), strategy)
   # Evaluate on a plain copy: the same numbers for every strategy, PSS included.
   evaluator = small_cnn()
   evaluator.set_weights(model.get_weights())

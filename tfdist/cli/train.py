@@ -44,6 +44,10 @@ _CROSS_DEVICE_OPS = flags.DEFINE_enum("cross_device_ops", "auto", list(CROSS_DEV
                                       "mirrored all-reduce implementation.")
 _TIMEOUT = flags.DEFINE_float("timeout", 600, "Seconds before a local cluster is stopped.",
                               lower_bound=1)
+_CHECKPOINT_DIR = flags.DEFINE_string(
+    "checkpoint_dir", None, "Back up every epoch here, resume from it when the job restarts, "
+    "and save the final model.keras (written once, by the chief).")
+_TENSORBOARD_DIR = flags.DEFINE_string("tensorboard_dir", None, "TensorBoard logs (the chief's).")
 _RESULT_FILE = flags.DEFINE_string("result_file", None, "Write the result as JSON here "
                                    "(only the chief, or worker 0, writes).")
 _VERBOSE = flags.DEFINE_integer("verbose", 2, "Keras fit verbosity (0, 1 or 2).",
@@ -103,7 +107,8 @@ def main(argv):
       strategy=_STRATEGY.value, epochs=_EPOCHS.value, batch_size=_BATCH_SIZE.value,
       learning_rate=_LEARNING_RATE.value, lr_scaling=_LR_SCALING.value,
       warmup_steps=_WARMUP_STEPS.value, strategy_options=_strategy_options(),
-      verbose=_VERBOSE.value)
+      verbose=_VERBOSE.value, checkpoint_dir=_CHECKPOINT_DIR.value,
+      tensorboard_dir=_TENSORBOARD_DIR.value)
   result = training.train(config)
   print(f"strategy={result.strategy} replicas={result.replicas} "
         f"accuracy={result.accuracy:.4f} examples/s={result.examples_per_second:.0f} "

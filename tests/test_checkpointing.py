@@ -1,0 +1,73 @@
+"""tfdist.checkpointing: saved once by the chief, and resumed after an interruption."""
+
+import json
+import os
+import re
+import signal
+
+import numpy as np
+import pytest
+
+import helpers
+import tfdist
+from tfdist import checkpointing
+from tfdist import keras
+from tfdist import training
+
+
+def test_save_model_in_one_process(tmp_path):
+  strategy = tfdist.make_strategy("mirrored")
+  with strategy.scope():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+  path = str(tmp_path / "model.keras")
+  assert checkpointing.is_chief(strategy)
+  assert checkpointing.save_model(model, path, strategy) == path
+  x = np.ones((4, 3), "float32")
+  np.testing.assert_allclose(keras.models.load_model(path)(x), model(x), rtol=1e-6)
+  assert os.listdir(tmp_path) == ["model.keras"]
+
+
+@pytest.mark.slow
+def test_multi_worker_writes_once(tmp_path):
+  ck, tb = tmp_path / "ck", tmp_path / "tb"
+  result = helpers.run(helpers.tfdist_cli(
+      "train", "--strategy=multi_worker_mirrored", "--epochs=2", "--verbose=0",
+      f"--checkpoint_dir={ck}", f"--tensorboard_dir={tb}"), timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+  assert "ck/model.keras" in files
+  assert not [f for f in files if "workertemp" in f]  # Other workers' copies are gone.
+  assert len([f for f in files if "tfevents" in f]) == 1  # The chief's logs only.
+  assert not list((ck / "backup").rglob("*ckpt*"))  # Deleted after success.
+  digest = re.search(r"\[worker:0\] .* weights=(\w+)", result.stdout).group(1)
+  saved = keras.models.load_model(str(ck / "model.keras"))
+  assert training.weights_digest(saved.get_weights()) == digest
+
+
+@pytest.mark.slow
+def test_killed_job_resumes_from_the_last_finished_epoch(tmp_path):
+  command = helpers.tfdist_cli(
+      "train", "--strategy=multi_worker_mirrored", "--epochs=6", "--verbose=2",
+      f"--checkpoint_dir={tmp_path}", f"--result_file={tmp_path / 'result.json'}")
+  first = []
+  with helpers.spawned(command) as process:
+    for line in process.stdout:  # Kill the whole cluster once epoch 3 has begun.
+      first.append(line)
+      if line.startswith("[worker:0] Epoch 3/6"):
+        os.killpg(process.pid, signal.SIGKILL)
+        break
+    first.append(process.communicate(timeout=60)[0])
+  started = [int(n) for n in re.findall(r"^\[worker:0\] Epoch (\d+)/6", "".join(first), re.M)]
+  interrupted = max(started)
+  assert interrupted < 6, "the job finished before it could be killed"
+  assert list((tmp_path / "backup").rglob("*.index")), "no backup was written"
+  resumed = helpers.run(command, timeout=300)
+  assert resumed.returncode == 0, resumed.stdout[-3000:]
+  epochs = [int(n) for n in re.findall(r"^\[worker:0\] Epoch (\d+)/6", resumed.stdout, re.M)]
+  # No finished epoch is run again and none is lost: the job resumes at the
+  # interrupted epoch (or the next one, if it finished before the kill landed).
+  assert epochs == list(range(epochs[0], 7))
+  assert epochs[0] in (interrupted, interrupted + 1) and epochs[0] >= 3
+  digests = set(re.findall(r"\] strategy=.* weights=(\w+)", resumed.stdout))
+  assert len(digests) == 1  # Both workers end identical.
+  assert json.loads((tmp_path / "result.json").read_text())["weights_digest"] in digests
