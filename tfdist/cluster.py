@@ -197,7 +197,7 @@ class ClusterSpec:
   @property
   def num_workers(self) -> int:
     """Tasks that compute: workers plus the chief (as MultiWorkerMirrored counts)."""
-    return len(self.jobs.get(WORKER, ())) + len(self.jobs.get(CHIEF, ()))
+    return count_workers(self.jobs)
 
   @property
   def num_ps(self) -> int:
@@ -407,6 +407,11 @@ def _validate_task(task: TaskSpec, jobs: Mapping[str, Sequence[str]]) -> TaskSpe
         f"`task.index` is out of range for job {task.type!r}, which has {size} "
         f"task(s): use 0 to {size - 1}. Received: {task.index!r}")
   return task
+
+
+def count_workers(jobs: Mapping[str, Sequence[str]]) -> int:
+  """Workers plus the chief in a job mapping (e.g. `resolver.cluster_spec().as_dict()`)."""
+  return len(jobs.get(WORKER, ())) + len(jobs.get(CHIEF, ()))
 
 
 def pick_unused_ports(count: int) -> Tuple[int, ...]:

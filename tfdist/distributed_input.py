@@ -21,6 +21,8 @@ from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
+from tfdist import cluster as cluster_lib
+
 Policy = tf.data.experimental.AutoShardPolicy
 
 
@@ -38,8 +40,7 @@ def _num_workers(strategy: tf.distribute.Strategy) -> int:
   resolver = getattr(strategy, "cluster_resolver", None)
   if resolver is None:
     return 1
-  jobs = resolver.cluster_spec().as_dict()
-  return max(1, len(jobs.get("worker", ())) + len(jobs.get("chief", ())))
+  return max(1, cluster_lib.count_workers(resolver.cluster_spec().as_dict()))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -254,8 +254,7 @@ class MultiWorkerMirroredStrategy(_RefusesKeras3, tf.distribute.MultiWorkerMirro
   _tfdist_name = "multi_worker_mirrored"
 
   def _keras3_failure(self):
-    jobs = self.cluster_resolver.cluster_spec().as_dict()
-    num_workers = len(jobs.get("worker", ())) + len(jobs.get("chief", ()))
+    num_workers = cluster_lib.count_workers(self.cluster_resolver.cluster_spec().as_dict())
     return keras_support.SUPPORT[(keras_support.KERAS3, "multi_worker_mirrored (2+ workers)")] \
         if num_workers > 1 else None
 
