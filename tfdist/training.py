@@ -26,8 +26,6 @@ from tfdist import scaling
 from tfdist import strategies
 
 MODEL_FILE = "model.keras"
-SYNC = {"default": True, "one_device": True, "mirrored": True, "central_storage": True,
-        "multi_worker_mirrored": True, "parameter_server": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +166,8 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
   timed = timer.times[1:] or timer.times
   seconds_per_epoch = float(np.median(timed))
   return TrainResult(
-      strategy=config.strategy, replicas=replicas, sync=SYNC.get(config.strategy, True),
+      strategy=config.strategy, replicas=replicas, # Only parameter-server training applies updates asynchronously.
+      sync=not isinstance(strategy, tf.distribute.ParameterServerStrategy),
       accuracy=accuracy, losses=[float(l) for l in history.history["loss"]],
       examples_per_second=steps_per_epoch * config.batch_size / seconds_per_epoch,
       step_time_ms=1000 * seconds_per_epoch / steps_per_epoch,
