@@ -166,7 +166,8 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
   timed = timer.times[1:] or timer.times
   seconds_per_epoch = float(np.median(timed))
   return TrainResult(
-      strategy=config.strategy, replicas=replicas, # Only parameter-server training applies updates asynchronously.
+      strategy=config.strategy, replicas=replicas,
+      # Only parameter-server training applies updates asynchronously.
       sync=not isinstance(strategy, tf.distribute.ParameterServerStrategy),
       accuracy=accuracy, losses=[float(l) for l in history.history["loss"]],
       examples_per_second=steps_per_epoch * config.batch_size / seconds_per_epoch,
