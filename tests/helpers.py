@@ -70,3 +70,30 @@ def python(*args: str) -> list:
 
 def tfdist_cli(*args: str) -> list:
   return [sys.executable, "-m", "tfdist", *args]
+
+
+def _parent(pid: int) -> int:
+  with open(f"/proc/{pid}/stat") as f:
+    return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def task_pid(root: int, task_type: str, index: int, seconds: float = 120) -> int:
+  """The pid of a descendant of `root` whose TF_CONFIG names the given task."""
+  want = f'"task": {{"type": "{task_type}", "index": {index}}}'
+  deadline = time.monotonic() + seconds
+  while time.monotonic() < deadline:
+    for name in filter(str.isdigit, os.listdir("/proc")):
+      pid = int(name)
+      try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+          if want.encode() not in f.read():
+            continue
+        ancestor = pid
+        while ancestor > 1 and ancestor != root:
+          ancestor = _parent(ancestor)
+      except (OSError, ValueError, IndexError):
+        continue  # Gone meanwhile.
+      if ancestor == root:
+        return pid
+    time.sleep(0.2)
+  raise AssertionError(f"no process of {task_type}:{index} under pid {root}")

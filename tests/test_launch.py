@@ -3,8 +3,11 @@
 import io
 import json
 import os
+import re
+import socket
 import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -175,3 +178,94 @@ def test_sigterm_stops_every_task(tmp_path):
   assert process.returncode == 128 + signal.SIGTERM
   assert "received SIGTERM; stopping every task" in out
   assert not any(alive(int(pid)) for pid in os.listdir(tmp_path))
+
+
+def epoch_starts(output: str, task: str = "worker:0", epochs: int = 6) -> list:
+  return [int(n) for n in re.findall(rf"^\[{task}\] Epoch (\d+)/{epochs}", output, re.M)]
+
+
+@pytest.mark.slow
+def test_max_restarts_resumes_after_a_worker_is_killed_mid_epoch(tmp_path):
+  command = helpers.tfdist_cli(
+      "train", "--strategy=multi_worker_mirrored", "--epochs=6", "--verbose=2",
+      "--max_restarts=1", f"--checkpoint_dir={tmp_path}")
+  with helpers.spawned(command) as process:
+    lines = []
+    for line in process.stdout:  # SIGKILL worker 1 once epoch 3 has begun.
+      lines.append(line)
+      if line.startswith("[worker:1] Epoch 3/6"):
+        os.kill(helpers.task_pid(process.pid, "worker", 1), signal.SIGKILL)
+        break
+    out = "".join(lines) + process.communicate(timeout=300)[0]
+  assert process.returncode == 0, out[-3000:]
+  assert "task worker:1 exited with code -9; restarting every task (0 restarts left)" in out
+  first, second = out.split("restarting every task", 1)
+  interrupted = max(epoch_starts(first))
+  resumed = epoch_starts(second)
+  # Every epoch finishes once; only the interrupted one (if it had not ended) runs twice.
+  assert resumed == list(range(resumed[0], 7))
+  assert resumed[0] in (interrupted, interrupted + 1) and resumed[0] >= 3
+  digests = set(re.findall(r"\] strategy=.* weights=(\w+)", second))
+  assert len(digests) == 1  # Both workers end identical.
+
+
+def test_restarts_are_bounded(tmp_path):
+  code, out, _ = run_cluster("import sys; sys.exit(3)", ClusterSpec.local(workers=2),
+                             max_restarts=2)
+  assert code == 3
+  assert out.count("restarting every task") == 2
+  assert "(0 restarts left)" in out and "stopping the other tasks" in out
+
+
+def test_private_network_hides_the_tasks_from_this_machine(tmp_path):
+  # Every task listens on all interfaces, as TensorFlow's servers do; worker 1
+  # reaches worker 0 but this process, outside the namespace, does not.
+  spec = ClusterSpec.local(workers=2)
+  port = int(spec.jobs["worker"][0].rsplit(":", 1)[1])
+  code = f"""
+import json, os, socket, sys, time
+task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+if task == 0:
+  s = socket.create_server(("", {port}))
+  open({str(tmp_path / "listening")!r}, "w").close()
+  s.settimeout(60)
+  s.accept()
+else:
+  for _ in range(300):
+    try:
+      socket.create_connection(("localhost", {port}), timeout=1).close()
+      break
+    except OSError:
+      time.sleep(0.2)
+  else:
+    sys.exit(5)
+  time.sleep(1)
+"""
+  seen_from_outside = []
+
+  def probe():
+    helpers.wait_for_files(tmp_path, 1, seconds=60)
+    try:
+      socket.create_connection(("127.0.0.1", port), timeout=1).close()
+      seen_from_outside.append(True)
+    except OSError:
+      seen_from_outside.append(False)
+
+  prober = threading.Thread(target=probe)
+  prober.start()
+  exit_code, out, _ = run_cluster(code, spec, network="loopback", timeout=120)
+  prober.join()
+  assert exit_code == 0, out
+  assert seen_from_outside == [False]
+
+
+def test_network_arguments_are_checked():
+  spec = ClusterSpec({"worker": ["10.0.0.1:2222"]})
+  with pytest.raises(ValueError, match=r"network='loopback' needs a cluster on loopback.*"
+                     r"Received: hosts \['10.0.0.1'\]"):
+    launch.launch_local([PY, "-c", "pass"], spec, network="loopback")
+  with pytest.raises(ValueError, match=r"`network` must be one of \['auto', 'loopback', "
+                     r"'host'\]. Received: 'lan'"):
+    launch.launch_local([PY, "-c", "pass"], spec, network="lan")
+  with pytest.raises(ValueError, match=r"`max_restarts` must be an integer >= 0. Received: -1"):
+    launch.launch_local([PY, "-c", "pass"], spec, max_restarts=-1)

@@ -20,7 +20,7 @@ import json
 import os
 import socket
 import warnings
-from typing import Any, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 CHIEF = "chief"
 WORKER = "worker"
@@ -202,6 +202,16 @@ class ClusterSpec:
   @property
   def num_ps(self) -> int:
     return len(self.jobs.get(PS, ()))
+
+  @property
+  def hosts(self) -> List[str]:
+    """The distinct host names of the cluster's addresses."""
+    return sorted({_split_address(a)[0] for addresses in self.jobs.values() for a in addresses})
+
+  @property
+  def is_loopback(self) -> bool:
+    """Whether every task is on this machine's loopback interface."""
+    return set(self.hosts) <= set(_LOOPBACK_HOSTS)
 
   def tasks(self) -> Iterator[TaskSpec]:
     """Every task, cluster jobs first, then the evaluator if any."""

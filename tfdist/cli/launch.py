@@ -17,6 +17,7 @@ from absl import flags
 
 from tfdist import cluster as cluster_lib
 from tfdist import launch as launch_lib
+from tfdist import private_network
 
 _WORKERS = flags.DEFINE_integer("workers", 2, "Number of worker tasks.", lower_bound=1)
 _PS = flags.DEFINE_integer("ps", 0, "Number of parameter-server tasks.", lower_bound=0)
@@ -24,6 +25,14 @@ _CHIEF = flags.DEFINE_bool("chief", False, "Add a chief task.")
 _EVALUATOR = flags.DEFINE_bool("evaluator", False, "Add a sidecar evaluator task.")
 _TIMEOUT = flags.DEFINE_float("timeout", None, "Stop the whole cluster after this many "
                               "seconds (exit code 124).", lower_bound=0)
+_MAX_RESTARTS = flags.DEFINE_integer(
+    "max_restarts", 0, "Restart a failed task this many times in all: every task together "
+    "(collectives need all of them), or a parameter-server worker alone. Training resumes "
+    "from its BackupAndRestore backup.", lower_bound=0)
+_NETWORK = flags.DEFINE_enum(
+    "network", "auto", list(launch_lib.NETWORKS), "loopback: tasks run in a private network "
+    "namespace with only loopback (TensorFlow's servers listen on every interface); host: "
+    "the machine's network; auto: loopback where the kernel allows it.")
 _SLURM = flags.DEFINE_bool("slurm", False, "Submit to SLURM with sbatch instead of running "
                            "locally. With --ps, task 0 is the chief.")
 _TIME_MINUTES = flags.DEFINE_integer("time_minutes", 60, "--slurm: the job's time limit.",
@@ -56,12 +65,16 @@ def main(argv):
                                        evaluator=_EVALUATOR.value)
   print(f"[tfdist launch] {spec}", flush=True)
   try:
-    code = launch_lib.launch_local(command, spec, timeout=_TIMEOUT.value)
+    code = launch_lib.launch_local(command, spec, timeout=_TIMEOUT.value,
+                                   max_restarts=_MAX_RESTARTS.value, network=_NETWORK.value)
     # A task killed by signal N exits the launcher with 128 + N, as shells do.
     return code if code >= 0 else 128 - code
   except launch_lib.LaunchError as e:
     print(f"tfdist launch: {e}", file=sys.stderr)
     return 127
+  except private_network.Unavailable as e:
+    print(f"tfdist launch: --network=loopback: {e}", file=sys.stderr)
+    return 2
 
 
 def _submit(command) -> int:

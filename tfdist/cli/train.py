@@ -44,6 +44,9 @@ _CROSS_DEVICE_OPS = flags.DEFINE_enum("cross_device_ops", "auto", list(CROSS_DEV
                                       "mirrored all-reduce implementation.")
 _TIMEOUT = flags.DEFINE_float("timeout", 600, "Seconds before a local cluster is stopped.",
                               lower_bound=1)
+_MAX_RESTARTS = flags.DEFINE_integer(
+    "max_restarts", 0, "Local cluster: restart failed tasks this many times; with "
+    "--checkpoint_dir training resumes from the last backup.", lower_bound=0)
 _CHECKPOINT_DIR = flags.DEFINE_string(
     "checkpoint_dir", None, "Back up every epoch here, resume from it when the job restarts, "
     "and save the final model.keras (written once, by the chief).")
@@ -83,7 +86,8 @@ def _launch_self() -> int:
                if f.present or f.value != f.default]
   command = [sys.executable, "-m", "tfdist", "train"] + [f for f in own_flags if f]
   print(f"[tfdist train] starting a local cluster: {spec}", flush=True)
-  return launch_lib.launch_local(command, spec, timeout=_TIMEOUT.value)
+  return launch_lib.launch_local(command, spec, timeout=_TIMEOUT.value,
+                                 max_restarts=_MAX_RESTARTS.value)
 
 
 def _is_writer(spec) -> bool:
