@@ -117,3 +117,38 @@ def test_sigterm_to_one_worker_backs_up_every_worker_at_the_same_step(tmp_path):
   assert resumed.returncode == 0, resumed.stdout[-3000:]
   assert set(re.findall(RESUMED, resumed.stdout)) == {saved["worker:0"]}
   assert len(set(re.findall(r"\] strategy=.* weights=(\w+)", resumed.stdout))) == 1
+
+
+class _StopAt(keras.callbacks.Callback):
+  def __init__(self, epoch):
+    super().__init__()
+    self.epoch = epoch
+
+  def on_epoch_begin(self, epoch, logs=None):
+    if epoch == self.epoch:
+      raise RuntimeError("interrupted")
+
+
+@pytest.mark.parametrize("name", ["default", "one_device", "mirrored", "central_storage"])
+def test_interrupted_and_resumed_equals_uninterrupted(name, tmp_path):
+  x = np.random.default_rng(0).random((64, 3)).astype("float32")
+  y = x.sum(axis=1, keepdims=True)
+
+  def fit(callbacks):
+    keras.utils.set_random_seed(1)
+    strategy = tfdist.make_strategy(name)
+    with strategy.scope():
+      model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(1)])
+      model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    history = model.fit(x, y, batch_size=16, epochs=4, shuffle=False, verbose=0,
+                        callbacks=callbacks)
+    return model, history
+
+  straight, _ = fit([])
+  backup = checkpointing.backup_and_restore(str(tmp_path))
+  with pytest.raises(RuntimeError, match="interrupted"):
+    fit([backup, _StopAt(2)])
+  resumed, history = fit([checkpointing.backup_and_restore(str(tmp_path))])
+  assert len(history.history["loss"]) == 2  # Epochs 3 and 4 only.
+  for a, b in zip(straight.get_weights(), resumed.get_weights()):
+    np.testing.assert_allclose(a, b, rtol=1e-5)

@@ -269,3 +269,22 @@ def test_network_arguments_are_checked():
     launch.launch_local([PY, "-c", "pass"], spec, network="lan")
   with pytest.raises(ValueError, match=r"`max_restarts` must be an integer >= 0. Received: -1"):
     launch.launch_local([PY, "-c", "pass"], spec, max_restarts=-1)
+
+
+@pytest.mark.slow
+def test_parameter_server_training_survives_a_killed_worker():
+  command = helpers.tfdist_cli("train", "--strategy=parameter_server", "--epochs=6",
+                               "--verbose=2")
+  with helpers.spawned(command) as process:
+    lines = []
+    for line in process.stdout:  # SIGKILL worker 1 once epoch 3 has begun.
+      lines.append(line)
+      if line.startswith("[chief:0] Epoch 3/6"):
+        os.kill(helpers.task_pid(process.pid, "worker", 1), signal.SIGKILL)
+        break
+    out = "".join(lines) + process.communicate(timeout=300)[0]
+  assert process.returncode == 0, out[-3000:]
+  assert "task worker:1 exited with code -9; training goes on with ['worker:0']" in out
+  assert epoch_starts(out, "chief:0") == [1, 2, 3, 4, 5, 6]
+  accuracy = float(re.search(r"\[chief:0\] strategy=.* accuracy=([\d.]+)", out).group(1))
+  assert accuracy > 0.7

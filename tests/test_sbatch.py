@@ -71,3 +71,9 @@ def test_no_slurm_here_is_a_clear_error(tmp_path):
   assert result.returncode == 1
   assert "tfdist launch: `sbatch` is not installed here: run on a SLURM login node" \
       in result.stdout
+
+
+def test_the_script_carries_no_environment(monkeypatch):
+  monkeypatch.setenv("WANDB_API_KEY", "s3cr3t-value")
+  text = sbatch.render(["python", "train.py"], ntasks=2, output="out.txt")
+  assert "s3cr3t" not in text and "WANDB_API_KEY" not in text

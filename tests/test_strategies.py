@@ -2,6 +2,8 @@
 
 import json
 import logging
+import re
+import time
 
 import numpy as np
 import pytest
@@ -231,3 +233,21 @@ print("NO ERROR")
 """
   result = helpers.run(helpers.python("-c", code), timeout=120)
   assert "Shape mismatch in the collective instance" in result.stdout, result.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_a_peer_lost_mid_training_is_an_error_in_bounded_time(tmp_path):
+  # No launcher here: nothing stops worker 0 but TensorFlow's coordination
+  # service, whose heartbeats notice the dead peer.
+  spec = tfdist.ClusterSpec.local(workers=2)
+  command = helpers.python(f"{helpers.SCRIPTS}/mwms_long.py", str(tmp_path))
+  with helpers.spawned(command, env={"TF_CONFIG": spec.tf_config("worker", 0)}) as w0, \
+      helpers.spawned(command, env={"TF_CONFIG": spec.tf_config("worker", 1)}) as w1:
+    helpers.wait_for_files(tmp_path, 2)
+    w1.kill()
+    killed_at = time.monotonic()
+    out, _ = w0.communicate(timeout=120)
+    seconds = time.monotonic() - killed_at
+  assert w0.returncode == 1
+  assert re.search(r"UnavailableError|unhealthy|Connection reset by peer", out), out[-2000:]
+  assert seconds < 60

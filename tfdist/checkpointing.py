@@ -94,6 +94,10 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
 
   def __init__(self, backup_dir: str, *, check_every: int = 10):
     super().__init__(backup_dir, save_freq=_NEVER, delete_checkpoint=True)
+    # Keras lists the strategies it tested; a checkpoint works the same under
+    # these two single-machine ones (tests/test_checkpointing.py).
+    self._supported_strategies += (tf.distribute.OneDeviceStrategy,
+                                   tf.distribute.experimental.CentralStorageStrategy)
     if not isinstance(check_every, int) or check_every < 1:
       raise ValueError(f"`check_every` must be an integer >= 1. Received: {check_every!r}")
     self.check_every = check_every
