@@ -1,6 +1,7 @@
 """`tfdist train` and `tfdist compare`, end to end, as a user runs them."""
 
 import json
+import os
 import re
 
 import pytest
@@ -69,3 +70,38 @@ def test_train_rejects_a_bad_flag():
   result = helpers.run(helpers.tfdist_cli("train", "--strategy=mirorred"), timeout=60)
   assert result.returncode != 0
   assert "value should be one of" in result.stdout
+
+
+USER = os.path.join(helpers.SCRIPTS, "user")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["mirrored", "multi_worker_mirrored"])
+def test_users_own_model_and_data(strategy):
+  result = helpers.run(helpers.tfdist_cli(
+      "train", f"--strategy={strategy}", "--devices=2", "--epochs=8", "--batch_size=32",
+      f"--model={USER}/regression_model.py", f"--data={USER}/regression_data.py"), timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  losses = [float(v) for v in re.findall(r"strategy=.* loss=([\d.]+)", result.stdout)]
+  assert losses and max(losses) < 0.1  # Learns the linear map; started near 2.
+  assert "replicas=2" in result.stdout
+
+
+@pytest.mark.parametrize("flag, text, match", [
+    ("--model=no/such/file.py", None, r"`--model` names no file.*Received: 'no/such/file.py'"),
+    ("--data=no_such_module_xyz", None, r"`--data` names no importable module.*"
+     r"Received: 'no_such_module_xyz'"),
+    ("--model={path}", "x = 1\n", r"must define a function `model_fn`. Received: "
+     r"model_fn=None"),
+    ("--data={path}", "import tensorflow as tf\n"
+     "def dataset_fn(ctx):\n  return tf.data.Dataset.range(4).batch(2).repeat()\n",
+     r"Set STEPS_PER_EPOCH in the --data module.*Received: infinite steps"),
+])
+def test_user_module_errors(tmp_path, flag, text, match):
+  path = tmp_path / "user.py"
+  if text:
+    path.write_text(text)
+  result = helpers.run(helpers.tfdist_cli("train", "--epochs=1", flag.format(path=path)),
+                       timeout=120)
+  assert result.returncode != 0
+  assert re.search(match, result.stdout), result.stdout[-2000:]

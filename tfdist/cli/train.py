@@ -14,6 +14,7 @@ from absl import flags
 from tfdist import cluster as cluster_lib
 from tfdist import launch as launch_lib
 from tfdist import scaling
+from tfdist import user_code
 from tfdist.strategies import COMMUNICATION, CROSS_DEVICE_OPS
 
 _STRATEGY = flags.DEFINE_enum(
@@ -51,6 +52,11 @@ _CHECKPOINT_DIR = flags.DEFINE_string(
     "checkpoint_dir", None, "Back up every epoch here, resume from it when the job restarts, "
     "and save the final model.keras (written once, by the chief).")
 _TENSORBOARD_DIR = flags.DEFINE_string("tensorboard_dir", None, "TensorBoard logs (the chief's).")
+_MODEL = flags.DEFINE_string("model", None, "Your model: a .py file or module defining "
+                             "model_fn() (default: a small CNN).")
+_DATA = flags.DEFINE_string("data", None, "Your data: a .py file or module defining "
+                            "dataset_fn(input_context[, global_batch_size]) and optionally "
+                            "STEPS_PER_EPOCH (default: the embedded digits).")
 _RESULT_FILE = flags.DEFINE_string("result_file", None, "Write the result as JSON here "
                                    "(only the chief, or worker 0, writes).")
 _VERBOSE = flags.DEFINE_integer("verbose", 2, "Keras fit verbosity (0, 1 or 2).",
@@ -107,15 +113,28 @@ def main(argv):
     from tfdist import devices  # Deferred: imports TensorFlow.
     devices.split_physical_device(_DEVICES.value)
   from tfdist import training  # Deferred: imports TensorFlow.
+  user = {}
+  try:
+    if _MODEL.value:
+      module = user_code.load_module(_MODEL.value, "model")
+      user["model_fn"] = user_code.function(module, "model_fn", "model")
+    if _DATA.value:
+      module = user_code.load_module(_DATA.value, "data")
+      user["dataset_fn"] = user_code.dataset_fn_with_batch(
+          user_code.function(module, "dataset_fn", "data"), _BATCH_SIZE.value)
+      user["steps_per_epoch"] = getattr(module, "STEPS_PER_EPOCH", None)
+  except ValueError as e:
+    print(f"tfdist train: {e}", file=sys.stderr)
+    return 2
   config = training.TrainConfig(
       strategy=_STRATEGY.value, epochs=_EPOCHS.value, batch_size=_BATCH_SIZE.value,
       learning_rate=_LEARNING_RATE.value, lr_scaling=_LR_SCALING.value,
       warmup_steps=_WARMUP_STEPS.value, strategy_options=_strategy_options(),
       verbose=_VERBOSE.value, checkpoint_dir=_CHECKPOINT_DIR.value,
-      tensorboard_dir=_TENSORBOARD_DIR.value)
+      tensorboard_dir=_TENSORBOARD_DIR.value, **user)
   result = training.train(config)
   print(f"strategy={result.strategy} replicas={result.replicas} "
-        f"accuracy={result.accuracy:.4f} examples/s={result.examples_per_second:.0f} "
+        f"accuracy={result.accuracy:.4f} loss={result.losses[-1]:.4f} examples/s={result.examples_per_second:.0f} "
         f"step_time_ms={result.step_time_ms:.2f} weights={result.weights_digest} "
         f"input_bound={'n/a' if result.input_bound is None else f'{result.input_bound:.2f}'}",
         flush=True)
