@@ -116,6 +116,24 @@ class TestModelParallel:
     np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-6)
     assert placed.placed_layers[1].kernel.device.endswith("CPU:1")
 
+  def test_micro_batches_compute_the_same_outputs_and_gradients(self):
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(1)])
+    x = np.random.default_rng(0).random((7, 8)).astype("float32")  # 7 = 2 + 2 + 3.
+    whole = devices.place_layers(model, ["/cpu:0", "/cpu:1"])
+    piped = devices.place_layers(model, ["/cpu:0", "/cpu:1"], micro_batches=3)
+
+    def gradients(placed):
+      with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.function(placed)(x) ** 2)
+      return tape.gradient(loss, placed.trainable_variables)
+
+    np.testing.assert_allclose(piped(x).numpy(), whole(x).numpy(), rtol=1e-6)
+    for a, b in zip(gradients(piped), gradients(whole)):
+      np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"`micro_batches` must be an integer >= 1. "
+                       r"Received: 0"):
+      devices.place_layers(model, ["/cpu:0"], micro_batches=0)
+
   def test_refuses_built_layers(self):
     layer = keras.layers.Dense(2)
     layer.build((None, 3))
