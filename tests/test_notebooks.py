@@ -1,0 +1,37 @@
+"""notebooks/: every tutorial runs top to bottom in a real Jupyter kernel, and git holds no outputs."""
+
+import glob
+import os
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+import helpers
+
+NOTEBOOKS = sorted(glob.glob(os.path.join(helpers.REPO, "notebooks", "*.ipynb")))
+
+
+def test_there_is_a_notebook_per_topic():
+  assert len(NOTEBOOKS) == 8
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_committed_without_outputs(path):
+  notebook = nbformat.read(path, as_version=4)
+  for cell in notebook.cells:
+    if cell.cell_type == "code":
+      assert cell.outputs == [] and cell.execution_count is None, cell.source[:80]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_runs_top_to_bottom(path, monkeypatch):
+  monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+  notebook = nbformat.read(path, as_version=4)
+  # Raises CellExecutionError, with the cell and its traceback, on any error.
+  NotebookClient(notebook, timeout=600, kernel_name="python3",
+                 resources={"metadata": {"path": os.path.dirname(path)}}).execute()
+  printed = "".join(output.get("text", "") for cell in notebook.cells
+                    for output in cell.get("outputs", []) if output.get("name") == "stdout")
+  assert printed.strip(), "the notebook printed no measurements"
