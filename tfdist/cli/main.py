@@ -14,6 +14,7 @@ COMMANDS = {
     "launch": "Run a command as every task of a local cluster, each with its TF_CONFIG.",
     "doctor": "Check versions, devices, the Keras matrix and the cluster; exit 1 on problems.",
     "explain": "Dry-run distributed input: what each worker and replica receives.",
+    "bench": "Measure tfdist against raw TensorFlow side by side; print ratios, write JSON.",
 }
 
 

@@ -1,0 +1,218 @@
+"""Measurements for `tfdist bench`: ratios timed side by side, medians of interleaved runs.
+
+Each comparison runs its variants in one process, alternating A, B, A, B, ...,
+so the machine's noise hits them alike, and reports the median of the per-pair
+ratios. Nothing here asserts a speed: the numbers are printed and saved.
+
+- `strategy_overhead`: `model.fit` step time under a tfdist-built strategy over
+  the same strategy built with raw `tf.distribute`.
+- `small_model_overhead`: a small MLP under MirroredStrategy over 2 logical
+  devices, over the same MLP with no strategy; with Keras defaults and with
+  `steps_per_execution(strategy)`.
+- `all_reduce_bandwidth` (run in each task of a 2-worker cluster): algorithm
+  and bus bandwidth of one all-reduce as nccl-tests define them, fp32 and
+  fp16-on-the-wire; `loopback_bandwidth` is the TCP yardstick.
+"""
+
+import socket
+import statistics
+import threading
+import time
+from typing import Callable, Dict, List, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+from tfdist import strategies
+from tfdist import training
+
+MB = 2**20
+
+
+def steps_per_execution(strategy: tf.distribute.Strategy) -> int:
+  """How many steps Keras should run per call under `strategy`.
+
+  Every call of Keras's train function pays the strategy's fixed cost (about
+  1-2 ms on a CPU: dispatch to each replica, gathering the results), which
+  dwarfs a small model's step. Running several steps per call pays it once for
+  all of them: `model.compile(..., steps_per_execution=steps_per_execution(s))`.
+  One replica has little to amortise.
+  """
+  return 1 if strategy.num_replicas_in_sync == 1 else 10
+
+
+def interleaved_ratio(a: Callable[[], float], b: Callable[[], float],
+                      repeats: int) -> Dict[str, float]:
+  """Median of b()/a() over `repeats` alternating pairs; each returns seconds."""
+  ratios, a_times, b_times = [], [], []
+  for _ in range(repeats):
+    ta, tb = a(), b()
+    a_times.append(ta)
+    b_times.append(tb)
+    ratios.append(tb / ta)
+  return {"ratio": statistics.median(ratios), "a_ms": 1000 * statistics.median(a_times),
+          "b_ms": 1000 * statistics.median(b_times)}
+
+
+def mlp() -> keras.Model:
+  """MLP 784-512-512-10, the small model of FACTS.md's measurements."""
+  return keras.Sequential([keras.Input((784,)), keras.layers.Dense(512, activation="relu"),
+                           keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)])
+
+
+MODELS = {"cnn": (training.small_cnn, (8, 8, 1)), "mlp": (mlp, (784,))}
+
+
+def _dataset(input_shape: Sequence[int], batch_size: int) -> tf.data.Dataset:
+  rng = np.random.default_rng(0)
+  x = rng.random((batch_size * 16,) + tuple(input_shape)).astype("float32")
+  y = rng.integers(0, 10, batch_size * 16)
+  return tf.data.Dataset.from_tensor_slices((x, y)).batch(
+      batch_size, drop_remainder=True).repeat().prefetch(tf.data.AUTOTUNE)
+
+
+def fit_timer(model_fn: Callable[[], keras.Model], input_shape: Sequence[int],
+              strategy: tf.distribute.Strategy = None, *, batch_size: int = 64,
+              steps: int = 100, steps_per_execution: int = 1) -> Callable[[], float]:
+  """A function timing one `fit` of `steps` steps (seconds per step); warmed up once."""
+  scope = strategy.scope() if strategy is not None else _no_scope()
+  with scope:
+    model = model_fn()
+    model.compile(optimizer=keras.optimizers.SGD(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  steps_per_execution=steps_per_execution)
+  dataset = _dataset(input_shape, batch_size)
+  if strategy is not None:
+    dataset = strategy.experimental_distribute_dataset(dataset)
+
+  def run() -> float:
+    start = time.perf_counter()
+    model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+    return (time.perf_counter() - start) / steps
+
+  run()  # Tracing and the first steps are not what we measure.
+  return run
+
+
+class _no_scope:
+  def __enter__(self):
+    return None
+
+  def __exit__(self, *exc):
+    return False
+
+
+def raw_strategy(name: str) -> tf.distribute.Strategy:
+  """The strategy as a user builds it with tf.distribute alone (same devices, same all-reduce)."""
+  if name == "one_device":
+    return tf.distribute.OneDeviceStrategy("/cpu:0")
+  if name == "mirrored":
+    # The all-reduce tfdist's `auto` picks without GPUs; TF's own default
+    # (collectives) cannot be built twice in one process (tensorflow#62790).
+    return tf.distribute.MirroredStrategy(cross_device_ops=tf.distribute.ReductionToOneDevice())
+  if name == "central_storage":
+    return tf.distribute.experimental.CentralStorageStrategy()
+  raise ValueError(f"No raw counterpart for {name!r}; use one of "
+                   f"['one_device', 'mirrored', 'central_storage']. Received: {name!r}")
+
+
+def strategy_overhead(names: Sequence[str], models: Sequence[str], repeats: int,
+                      steps: int = 100) -> List[dict]:
+  """Rows of fit step time, tfdist strategy over raw tf.distribute strategy."""
+  rows = []
+  for model in models:
+    model_fn, shape = MODELS[model]
+    for name in names:
+      raw = fit_timer(model_fn, shape, raw_strategy(name), steps=steps)
+      ours = fit_timer(model_fn, shape, strategies.make_strategy(name), steps=steps)
+      result = interleaved_ratio(raw, ours, repeats)
+      rows.append({"model": model, "strategy": name, "raw_ms": result["a_ms"],
+                   "tfdist_ms": result["b_ms"], "ratio": result["ratio"]})
+  return rows
+
+
+def small_model_overhead(repeats: int, steps: int = 100) -> Dict[str, float]:
+  """The MLP under Mirrored over 2 logical devices, over the MLP without a strategy."""
+  model_fn, shape = MODELS["mlp"]
+  plain = fit_timer(model_fn, shape, steps=steps)
+  raw = fit_timer(model_fn, shape, raw_strategy("mirrored"), steps=steps)
+  strategy = strategies.make_strategy("mirrored")
+  ours = fit_timer(model_fn, shape, strategy, steps=steps,
+                   steps_per_execution=steps_per_execution(strategy))
+  raw_ratio = interleaved_ratio(plain, raw, repeats)
+  our_ratio = interleaved_ratio(plain, ours, repeats)
+  return {"raw_mirrored_over_plain": raw_ratio["ratio"],
+          "tfdist_mirrored_over_plain": our_ratio["ratio"],
+          "plain_ms": statistics.median([raw_ratio["a_ms"], our_ratio["a_ms"]]),
+          "replicas": strategy.num_replicas_in_sync}
+
+
+def loopback_bandwidth(megabytes: int = 256, chunk: int = MB) -> float:
+  """Bytes per second through one TCP connection on 127.0.0.1 (Python sockets)."""
+  server = socket.create_server(("127.0.0.1", 0))
+  port = server.getsockname()[1]
+  received = []
+
+  def sink():
+    connection, _ = server.accept()
+    total, buffer = 0, bytearray(chunk)
+    while True:
+      n = connection.recv_into(buffer)
+      if not n:
+        break
+      total += n
+    received.append(total)
+    connection.close()
+
+  reader = threading.Thread(target=sink)
+  reader.start()
+  payload = bytes(chunk)
+  with socket.create_connection(("127.0.0.1", port)) as sender:
+    start = time.perf_counter()
+    for _ in range(megabytes * MB // chunk):
+      sender.sendall(payload)
+  reader.join()
+  seconds = time.perf_counter() - start
+  server.close()
+  return received[0] / seconds
+
+
+def all_reduce_bandwidth(strategy: tf.distribute.Strategy, sizes_mb: Sequence[int],
+                         repeats: int) -> List[dict]:
+  """Per size: seconds per all-reduce, algbw = bytes/time, busbw = algbw*2(n-1)/n.
+
+  "fp16" casts to half precision for the wire and back, as gradient
+  compression does; its bandwidth counts the fp32 bytes the user reduced.
+  Run it in every task of the cluster at once.
+  """
+  n = strategy.num_replicas_in_sync
+
+  def make(dtype):
+    @tf.function
+    def reduce(t):
+      def replica_fn(x):
+        # identity: all_reduce of a function input directly fails under MWMS
+        # ("destinations can not be empty"), and a cast to float32 is a no-op.
+        wire = tf.identity(tf.cast(x, dtype))
+        summed = tf.distribute.get_replica_context().all_reduce("sum", wire)
+        return tf.cast(summed, tf.float32)
+      return strategy.run(replica_fn, args=(t,))
+    return reduce
+
+  rows = []
+  for size in sizes_mb:
+    tensor = tf.ones((size * MB // 4,))
+    for wire in ("float32", "float16"):
+      reduce = make(tf.dtypes.as_dtype(wire))
+      reduce(tensor)  # Trace and warm up.
+      times = []
+      for _ in range(repeats):
+        start = time.perf_counter()
+        strategy.experimental_local_results(reduce(tensor))[0].numpy()
+        times.append(time.perf_counter() - start)
+      seconds = statistics.median(times)
+      algbw = size * MB / seconds
+      rows.append({"size_mb": size, "wire": "fp32" if wire == "float32" else "fp16",
+                   "seconds": seconds, "algbw": algbw, "busbw": algbw * 2 * (n - 1) / n})
+  return rows
