@@ -178,8 +178,9 @@ def loopback_bandwidth(megabytes: int = 256, chunk: int = MB) -> float:
   return received[0] / seconds
 
 
-def all_reduce_bandwidth(strategy: tf.distribute.Strategy, sizes_mb: Sequence[int],
-                         repeats: int) -> List[dict]:
+def all_reduce_bandwidth(strategy: tf.distribute.Strategy, sizes_mb: Sequence[float],
+                         repeats: int, wires: Sequence[str] = ("float32", "float16")
+                         ) -> List[dict]:
   """Per size: seconds per all-reduce, algbw = bytes/time, busbw = algbw*2(n-1)/n.
 
   "fp16" casts to half precision for the wire and back, as gradient
@@ -202,8 +203,8 @@ def all_reduce_bandwidth(strategy: tf.distribute.Strategy, sizes_mb: Sequence[in
 
   rows = []
   for size in sizes_mb:
-    tensor = tf.ones((size * MB // 4,))
-    for wire in ("float32", "float16"):
+    tensor = tf.ones((max(1, int(size * MB) // 4),))
+    for wire in wires:
       reduce = make(tf.dtypes.as_dtype(wire))
       reduce(tensor)  # Trace and warm up.
       times = []

@@ -14,6 +14,7 @@ COMMANDS = {
     "launch": "Run a command as every task of a local cluster, each with its TF_CONFIG.",
     "doctor": "Check versions, devices, the Keras matrix and the cluster; exit 1 on problems.",
     "explain": "Dry-run distributed input: what each worker and replica receives.",
+    "scale": "Predict how a model scales (α-β model), check it here, draw the curve.",
     "bench": "Measure tfdist against raw TensorFlow side by side; print ratios, write JSON.",
 }
 
