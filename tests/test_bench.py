@@ -32,6 +32,22 @@ def test_raw_strategy_names():
     bench.raw_strategy("parameter_server")
 
 
+def test_gradient_sizes_split_the_total_into_tensors():
+  assert bench.gradient_sizes(64 * bench.MB) == [bench.MB] * 64
+  assert bench.gradient_sizes(2.5 * bench.MB) == [int(1.25 * bench.MB)] * 2
+  assert bench.gradient_sizes(100) == [100]
+
+
+def test_all_reduce_seconds_times_every_variant():
+  strategy = tfdist.make_strategy("mirrored")
+  seconds = bench.all_reduce_seconds(strategy, [1000, 3000], bench.ALL_REDUCE_VARIANTS,
+                                     repeats=2)
+  assert set(seconds) == {"raw", "tfdist", "tfdist_fp16"}
+  assert all(s > 0 for s in seconds.values())
+  rates = bench.bus_bandwidth(4000, 0.001, replicas=2)
+  assert rates == {"algbw": 4e6, "busbw": 4e6}
+
+
 def test_loopback_bandwidth_is_positive():
   assert bench.loopback_bandwidth(megabytes=8) > 1e6
 
@@ -46,7 +62,14 @@ def test_cli_writes_one_key_per_ratio(tmp_path):
   written = json.loads(out.read_text())
   assert set(written) == {
       "small_model_raw_mirrored_over_plain", "small_model_tfdist_mirrored_over_plain",
-      "allreduce_loopback_gbps", "allreduce_busbw_over_tcp_fp32_1mb",
-      "allreduce_busbw_over_tcp_fp16_1mb"}
+      "allreduce_loopback_gbps", "allreduce_busbw_over_tcp_raw_1mb",
+      "allreduce_busbw_over_tcp_tfdist_1mb", "allreduce_busbw_over_tcp_tfdist_fp16_1mb"}
   assert all(value > 0 for value in written.values())
   assert "bus bandwidth / loopback TCP" in result.stdout
+
+
+@pytest.mark.parametrize("name", ["mirrored", "central_storage"])
+def test_raw_strategies_use_the_same_devices_as_tfdist(name):
+  raw, ours = bench.raw_strategy(name), tfdist.make_strategy(name)
+  assert raw.num_replicas_in_sync == ours.num_replicas_in_sync == 2
+  assert raw.extended.worker_devices == ours.extended.worker_devices

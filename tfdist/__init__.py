@@ -34,6 +34,7 @@ _EXPORTS = {
     "scale_learning_rate": ("tfdist.scaling", "scale_learning_rate"),
     "scaled_learning_rate": ("tfdist.scaling", "scaled_learning_rate"),
     "WarmUp": ("tfdist.scaling", "WarmUp"),
+    "compress_gradients": ("tfdist.gradient_compression", "compress_gradients"),
     "cluster": ("tfdist.cluster", None),
     "devices": ("tfdist.devices", None),
     "strategies": ("tfdist.strategies", None),

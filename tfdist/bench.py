@@ -9,11 +9,14 @@ ratios. Nothing here asserts a speed: the numbers are printed and saved.
 - `small_model_overhead`: a small MLP under MirroredStrategy over 2 logical
   devices, over the same MLP with no strategy; with Keras defaults and with
   `steps_per_execution(strategy)`.
-- `all_reduce_bandwidth` (run in each task of a 2-worker cluster): algorithm
-  and bus bandwidth of one all-reduce as nccl-tests define them, fp32 and
-  fp16-on-the-wire; `loopback_bandwidth` is the TCP yardstick.
+- `all_reduce_seconds` (run in each task of a 2-worker cluster): one
+  all-reduce of a list of gradient-sized tensors, sent as TF's defaults send it
+  and as tfdist's defaults do (4 MB packs, optionally fp16); `bus_bandwidth`
+  turns it into nccl-tests' algorithm and bus bandwidth, and
+  `loopback_bandwidth` is the TCP yardstick.
 """
 
+import dataclasses
 import socket
 import statistics
 import threading
@@ -105,14 +108,18 @@ class _no_scope:
 
 def raw_strategy(name: str) -> tf.distribute.Strategy:
   """The strategy as a user builds it with tf.distribute alone (same devices, same all-reduce)."""
+  # Named explicitly: without GPUs, TF's defaults use /cpu:0 alone, whatever
+  # the logical split.
+  devices = [d.name for d in tf.config.list_logical_devices("CPU")]
   if name == "one_device":
     return tf.distribute.OneDeviceStrategy("/cpu:0")
   if name == "mirrored":
     # The all-reduce tfdist's `auto` picks without GPUs; TF's own default
     # (collectives) cannot be built twice in one process (tensorflow#62790).
-    return tf.distribute.MirroredStrategy(cross_device_ops=tf.distribute.ReductionToOneDevice())
+    return tf.distribute.MirroredStrategy(
+        devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
   if name == "central_storage":
-    return tf.distribute.experimental.CentralStorageStrategy()
+    return tf.distribute.experimental.CentralStorageStrategy(devices)
   raise ValueError(f"No raw counterpart for {name!r}; use one of "
                    f"['one_device', 'mirrored', 'central_storage']. Received: {name!r}")
 
@@ -148,8 +155,15 @@ def small_model_overhead(repeats: int, steps: int = 100) -> Dict[str, float]:
           "replicas": strategy.num_replicas_in_sync}
 
 
-def loopback_bandwidth(megabytes: int = 256, chunk: int = MB) -> float:
-  """Bytes per second through one TCP connection on 127.0.0.1 (Python sockets)."""
+def loopback_bandwidth(megabytes: int = 128, chunk: int = MB, repeats: int = 5) -> float:
+  """Bytes per second through one TCP connection on 127.0.0.1 (Python sockets).
+
+  The median of `repeats` transfers of `megabytes`: one transfer swings 2x here.
+  """
+  return statistics.median(_tcp_transfer(megabytes, chunk) for _ in range(repeats))
+
+
+def _tcp_transfer(megabytes: int, chunk: int) -> float:
   server = socket.create_server(("127.0.0.1", 0))
   port = server.getsockname()[1]
   received = []
@@ -178,42 +192,73 @@ def loopback_bandwidth(megabytes: int = 256, chunk: int = MB) -> float:
   return received[0] / seconds
 
 
-def all_reduce_bandwidth(strategy: tf.distribute.Strategy, sizes_mb: Sequence[float],
-                         repeats: int, wires: Sequence[str] = ("float32", "float16")
-                         ) -> List[dict]:
-  """Per size: seconds per all-reduce, algbw = bytes/time, busbw = algbw*2(n-1)/n.
+@dataclasses.dataclass(frozen=True)
+class AllReduceVariant:
+  """How one all-reduce of a list of gradients is sent."""
 
-  "fp16" casts to half precision for the wire and back, as gradient
-  compression does; its bandwidth counts the fp32 bytes the user reduced.
-  Run it in every task of the cluster at once.
+  name: str
+  bytes_per_pack: int  # 0: all tensors in one all-reduce (TF's default).
+  wire: str = "float32"  # "float16": cast for the wire and back, as compress_gradients does.
+
+
+# TF's defaults, tfdist's packs, and tfdist's packs with compress_gradients.
+ALL_REDUCE_VARIANTS = (
+    AllReduceVariant("raw", 0),
+    AllReduceVariant("tfdist", strategies.BYTES_PER_PACK),
+    AllReduceVariant("tfdist_fp16", strategies.BYTES_PER_PACK, "float16"),
+)
+
+
+def gradient_sizes(total_bytes: float, tensor_bytes: int = MB) -> List[int]:
+  """A model's gradients stand-in: `total_bytes` as tensors of `tensor_bytes` (float32)."""
+  count = max(1, round(total_bytes / tensor_bytes))
+  return [max(4, int(total_bytes) // count)] * count
+
+
+def all_reduce_seconds(strategy: tf.distribute.Strategy, tensor_bytes: Sequence[int],
+                       variants: Sequence[AllReduceVariant], repeats: int) -> Dict[str, float]:
+  """Median seconds of one all-reduce of float32 tensors of these sizes, per variant.
+
+  The variants alternate within each repeat, so the machine's noise hits them
+  alike. Every task of the cluster must call this at once, with the same
+  arguments. Build the strategy with bytes_per_pack=0: a call's options can
+  raise the pack size but not bring it back to 0.
   """
-  n = strategy.num_replicas_in_sync
+  tensors = [tf.ones((max(1, n // 4),)) for n in tensor_bytes]
 
-  def make(dtype):
+  def make(variant):
+    options = tf.distribute.experimental.CommunicationOptions(
+        bytes_per_pack=variant.bytes_per_pack)
+    wire = tf.dtypes.as_dtype(variant.wire)
+
     @tf.function
-    def reduce(t):
-      def replica_fn(x):
+    def reduce(values):
+      def replica_fn(*xs):
         # identity: all_reduce of a function input directly fails under MWMS
-        # ("destinations can not be empty"), and a cast to float32 is a no-op.
-        wire = tf.identity(tf.cast(x, dtype))
-        summed = tf.distribute.get_replica_context().all_reduce("sum", wire)
-        return tf.cast(summed, tf.float32)
-      return strategy.run(replica_fn, args=(t,))
+        # ("destinations can not be empty"); a cast to float32 is a no-op.
+        sent = [tf.identity(tf.cast(x, wire)) for x in xs]
+        summed = tf.distribute.get_replica_context().all_reduce("sum", sent, options=options)
+        return [tf.cast(x, tf.float32) for x in summed]
+      return strategy.run(replica_fn, args=tuple(values))
     return reduce
 
-  rows = []
-  for size in sizes_mb:
-    tensor = tf.ones((max(1, int(size * MB) // 4),))
-    for wire in wires:
-      reduce = make(tf.dtypes.as_dtype(wire))
-      reduce(tensor)  # Trace and warm up.
-      times = []
-      for _ in range(repeats):
-        start = time.perf_counter()
-        strategy.experimental_local_results(reduce(tensor))[0].numpy()
-        times.append(time.perf_counter() - start)
-      seconds = statistics.median(times)
-      algbw = size * MB / seconds
-      rows.append({"size_mb": size, "wire": "fp32" if wire == "float32" else "fp16",
-                   "seconds": seconds, "algbw": algbw, "busbw": algbw * 2 * (n - 1) / n})
-  return rows
+  functions = {v.name: make(v) for v in variants}
+  times = {name: [] for name in functions}
+  for function in functions.values():
+    function(tensors)  # Trace and warm up.
+  for _ in range(repeats):
+    for name, function in functions.items():
+      start = time.perf_counter()
+      for result in function(tensors):
+        strategy.experimental_local_results(result)[0].numpy()
+      times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(seconds) for name, seconds in times.items()}
+
+
+def bus_bandwidth(total_bytes: float, seconds: float, replicas: int) -> Dict[str, float]:
+  """nccl-tests' algorithm bandwidth (bytes/time) and bus bandwidth (algbw*2(n-1)/n).
+
+  fp16 rows count the float32 bytes the user reduced, not the bytes sent.
+  """
+  algbw = total_bytes / seconds
+  return {"algbw": algbw, "busbw": algbw * 2 * (replicas - 1) / replicas}

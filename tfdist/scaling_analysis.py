@@ -52,8 +52,12 @@ def predict(compute_seconds: float, gradient_bytes: float, busbw: float,
 
 
 def advice(compute_seconds: float, gradient_bytes: float, busbw: float,
-           measured_efficiency: Optional[float] = None) -> str:
-  """One or two sentences on what to expect and what to change."""
+           measured_efficiency: Optional[float] = None, *, compressed: bool = False) -> str:
+  """One or two sentences on what to expect and what to change.
+
+  `compressed`: the gradients already cross in float16, so that is not advised.
+  """
+  fp16 = "" if compressed else " or fp16 gradients (compress_gradients)"
   two = predict(compute_seconds, gradient_bytes, busbw, [2])[0].efficiency
   comm = communication_seconds(gradient_bytes, busbw, 2)
   limit = predict(compute_seconds, gradient_bytes, busbw, [64])[0].efficiency
@@ -62,11 +66,11 @@ def advice(compute_seconds: float, gradient_bytes: float, busbw: float,
   if efficiency < 0.5:
     return (f"{size}; synchronising them takes {1000 * comm:.1f} ms against "
             f"{1000 * compute_seconds:.1f} ms of compute: 2 workers will be slower than 1. "
-            "Use a larger per-replica batch (more compute per step), fp16 gradients, or "
+            f"Use a larger per-replica batch (more compute per step){fp16}, "
             "faster links, or stay on one device.")
   if efficiency < 0.9:
     return (f"{size}; 2 workers reach {efficiency:.0%} efficiency and 64 would reach "
-            f"{limit:.0%}. A larger per-replica batch or fp16 gradients raise both.")
+            f"{limit:.0%}. A larger per-replica batch{fp16} raises both.")
   return (f"{size}, synchronised in {1000 * comm:.1f} ms against "
           f"{1000 * compute_seconds:.1f} ms of compute: expect {efficiency:.0%} efficiency on "
           f"2 workers and {limit:.0%} on 64, on links as fast as these.")

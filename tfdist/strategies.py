@@ -32,6 +32,11 @@ _BUILDERS: Dict[str, Callable[..., tf.distribute.Strategy]] = {}
 
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
 COMMUNICATION = ("auto", "ring", "nccl")
+# multi_worker_mirrored's gradient packs. TF's default (0) sends all gradients as
+# one all-reduce; packs of 4 MB run as concurrent collectives, which on gRPC
+# measured 1.4x faster for 64 MB of gradients (fp32 290 -> 203 ms, `tfdist bench
+# --suites=allreduce`) and the same for 16 MB.
+BYTES_PER_PACK = 4 * 2**20
 
 ClusterArg = Union[None, cluster_lib.ClusterSpec,
                    tf.distribute.cluster_resolver.ClusterResolver]
@@ -276,7 +281,7 @@ class ParameterServerStrategy(_RefusesKeras3, tf.distribute.ParameterServerStrat
 @register("multi_worker_mirrored")
 def _multi_worker_mirrored(cluster: ClusterArg = None,
                            communication: str = "auto",
-                           bytes_per_pack: int = 0,
+                           bytes_per_pack: Optional[int] = None,
                            timeout_seconds: Optional[float] = None,
                            preflight_timeout: Optional[float] = None) -> tf.distribute.Strategy:
   """Synchronous all-reduce across workers.
@@ -284,6 +289,8 @@ def _multi_worker_mirrored(cluster: ClusterArg = None,
   The cluster comes from, in order: `cluster` (a `ClusterSpec` that knows its task,
   or any TF cluster resolver), else `TF_CONFIG`, else a single local worker.
   `communication="nccl"` without GPUs falls back to ring, with a warning.
+  `bytes_per_pack` groups gradients into all-reduces of about that size; None
+  is tfdist's `BYTES_PER_PACK`, 0 TF's default (one all-reduce for all).
   Before TF's constructor (which waits forever for a worker that never
   started), every other task must answer within `preflight_timeout` seconds
   (default 30, or TFDIST_PREFLIGHT_TIMEOUT); see `tfdist.preflight`.
@@ -291,10 +298,12 @@ def _multi_worker_mirrored(cluster: ClusterArg = None,
   if communication not in COMMUNICATION:
     raise ValueError(
         f"`communication` must be one of {list(COMMUNICATION)}. Received: {communication!r}")
+  if bytes_per_pack is None:
+    bytes_per_pack = BYTES_PER_PACK
   if isinstance(bytes_per_pack, bool) or not isinstance(bytes_per_pack, int) or bytes_per_pack < 0:
     raise ValueError(
-        "`bytes_per_pack` must be an integer >= 0 (0 lets TF choose). "
-        f"Received: {bytes_per_pack!r}")
+        "`bytes_per_pack` must be an integer >= 0 (0: TF's single pack), or None for "
+        f"tfdist's {BYTES_PER_PACK // 2**20} MB packs. Received: {bytes_per_pack!r}")
   if timeout_seconds is not None and not timeout_seconds > 0:
     raise ValueError(
         "`timeout_seconds` must be > 0, or None for no collective timeout. "

@@ -21,6 +21,7 @@ from tfdist import checkpointing
 from tfdist import data
 from tfdist import datasets
 from tfdist import distributed_input
+from tfdist import gradient_compression
 from tfdist import input_report
 from tfdist import scaling
 from tfdist import strategies
@@ -43,6 +44,7 @@ class TrainConfig:
   verbose: int = 2
   checkpoint_dir: Optional[str] = None  # Backup to resume from, and the final model.
   tensorboard_dir: Optional[str] = None
+  compress_gradients: bool = False  # All-reduce in float16 (see gradient_compression).
   # The user's own job; None for the default CNN on the embedded digits.
   model_fn: Optional[Callable[[], keras.Model]] = None
   dataset_fn: Optional[Callable[[tf.distribute.InputContext], tf.data.Dataset]] = None
@@ -174,6 +176,8 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
       model.compile(optimizer=keras.optimizers.Adam(lr),
                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                     metrics=["accuracy"])
+    if config.compress_gradients:
+      gradient_compression.compress_gradients(model.optimizer)
   timer = _EpochTimer()
   report = input_report.InputBoundReport(dataset_fn, verbose=config.verbose > 0)
   callbacks = [timer, report]

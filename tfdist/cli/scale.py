@@ -8,6 +8,8 @@ Then predicts the efficiency at 2, 4, 8 ... replicas with the α-β model
 (tfdist/scaling_analysis.py), compares the prediction for 2 with the
 measurement, draws the curve to a PNG and says what to do.
 
+--compress_gradients measures and predicts with float16 all-reduces.
+
 --model is `cnn` (the default job's), `mlp` (784-512-512-10), or your .py file
 or module defining model_fn(); tfdist compiles an uncompiled model with SGD
 and MSE on random data of its input and output shapes, which is all timing
@@ -28,6 +30,8 @@ _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Per-replica batch.", lower
 _STEPS = flags.DEFINE_integer("steps", 50, "Steps per timed fit.", lower_bound=5)
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed fits per measurement (median).",
                                 lower_bound=1)
+_COMPRESS_GRADIENTS = flags.DEFINE_bool("compress_gradients", False, "All-reduce the "
+                                        "gradients in float16 (tfdist.compress_gradients).")
 _PLOT = flags.DEFINE_string("plot", "scaling.png", "Where the PNG goes ('' for none).")
 _OUTPUT = flags.DEFINE_string("output", None, "Write the numbers as JSON here.")
 _WORKER_RESULT = flags.DEFINE_string("worker_result", None, "Internal: worker 0 writes here.")
@@ -51,12 +55,14 @@ def main(argv):
   error = abs(predicted - measured) / measured
   print(f"\nmodel {_MODEL.value}: {gradient_bytes / 2**20:.2f} MB of gradients, "
         f"{1000 * compute:.1f} ms per step on 1 worker (batch {_BATCH_SIZE.value}), "
-        f"all-reduce bus bandwidth {busbw / 1e9:.3f} GB/s at that size between 2 workers")
+        f"all-reduce bus bandwidth {busbw / 1e9:.3f} GB/s at that size between 2 workers"
+        + (" (float16 on the wire, counted in float32 bytes)" if _COMPRESS_GRADIENTS.value else ""))
   print(f"{'replicas':>8} {'step ms':>8} {'efficiency':>11}")
   for p in predictions:
     note = f"   measured {measured:.0%}, prediction off by {error:.0%}" if p.replicas == 2 else ""
     print(f"{p.replicas:>8} {1000 * p.step_seconds:>8.1f} {p.efficiency:>10.0%}{note}")
-  print("\n" + scaling_analysis.advice(compute, gradient_bytes, busbw, measured))
+  print("\n" + scaling_analysis.advice(compute, gradient_bytes, busbw, measured,
+                                              compressed=_COMPRESS_GRADIENTS.value))
   if _PLOT.value:
     try:
       path = scaling_analysis.plot(
@@ -83,7 +89,8 @@ def _measure(workers: int):
     path = os.path.join(workdir, "result.json")
     command = [sys.executable, "-m", "tfdist", "scale", f"--model={_MODEL.value}",
                f"--batch_size={_BATCH_SIZE.value}", f"--steps={_STEPS.value}",
-               f"--repeats={_REPEATS.value}", f"--worker_result={path}"]
+               f"--repeats={_REPEATS.value}", f"--compress_gradients={_COMPRESS_GRADIENTS.value}",
+               f"--worker_result={path}"]
     print(f"measuring on {workers} worker(s)...", flush=True)
     code = launch.launch_local(command, cluster_lib.ClusterSpec.local(workers=workers),
                                timeout=900, output=open(os.devnull, "w"))
@@ -117,7 +124,9 @@ def _worker() -> int:
   import numpy as np
   import tensorflow as tf
   from tfdist import bench
+  from tfdist import gradient_compression
   from tfdist import keras
+  from tfdist import strategies
   rng = np.random.default_rng(spec.task.index)
   batch = _BATCH_SIZE.value
 
@@ -127,6 +136,8 @@ def _worker() -> int:
       model = model_fn()
       if model.optimizer is None:
         model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+      if _COMPRESS_GRADIENTS.value:
+        gradient_compression.compress_gradients(model.optimizer)
     x = rng.random((batch * 8,) + tuple(model.input_shape[1:])).astype("float32")
     y = rng.random((batch * 8,) + tuple(model.output_shape[1:])).astype("float32")
     dataset = strategy.distribute_datasets_from_function(
@@ -144,9 +155,13 @@ def _worker() -> int:
   gradient_bytes = sum(int(np.prod(v.shape)) * v.dtype.size for v in model.trainable_variables)
   busbw = None
   if spec.num_workers > 1:  # At the gradients' size, latency included.
-    row = bench.all_reduce_bandwidth(strategy, [gradient_bytes / bench.MB],
-                                     repeats=max(10, _REPEATS.value), wires=("float32",))[0]
-    busbw = row["busbw"]
+    # The model's own gradient tensors, sent as its training step sends them.
+    variant = bench.AllReduceVariant("model", strategies.BYTES_PER_PACK,
+                                     "float16" if _COMPRESS_GRADIENTS.value else "float32")
+    seconds = bench.all_reduce_seconds(
+        strategy, [int(np.prod(v.shape)) * v.dtype.size for v in model.trainable_variables],
+        [variant], repeats=max(10, _REPEATS.value))["model"]
+    busbw = bench.bus_bandwidth(gradient_bytes, seconds, spec.num_workers)["busbw"]
   if spec.task.index == 0 and _WORKER_RESULT.value:
     with open(_WORKER_RESULT.value, "w") as f:
       json.dump({"step_seconds": step, "gradient_bytes": gradient_bytes, "busbw": busbw}, f)

@@ -43,6 +43,9 @@ _COMMUNICATION = flags.DEFINE_enum("communication", "auto", list(COMMUNICATION),
                                    "multi_worker_mirrored collective implementation.")
 _CROSS_DEVICE_OPS = flags.DEFINE_enum("cross_device_ops", "auto", list(CROSS_DEVICE_OPS),
                                       "mirrored all-reduce implementation.")
+_COMPRESS_GRADIENTS = flags.DEFINE_bool(
+    "compress_gradients", False, "All-reduce gradients in float16 (half the bytes; mirrored "
+    "and multi_worker_mirrored).")
 _TIMEOUT = flags.DEFINE_float("timeout", 600, "Seconds before a local cluster is stopped.",
                               lower_bound=1)
 _MAX_RESTARTS = flags.DEFINE_integer(
@@ -107,6 +110,11 @@ def _is_writer(spec) -> bool:
 
 def main(argv):
   del argv  # No positional arguments.
+  if _COMPRESS_GRADIENTS.value and _STRATEGY.value == "parameter_server":
+    print("tfdist train: --compress_gradients compresses the all-reduce, and parameter-server "
+          "training has none; drop the flag or use multi_worker_mirrored. Received: "
+          "--strategy=parameter_server --compress_gradients", file=sys.stderr)
+    return 2
   if _needs_local_cluster():
     return _launch_self()
   if _DEVICES.value:
@@ -131,7 +139,8 @@ def main(argv):
       learning_rate=_LEARNING_RATE.value, lr_scaling=_LR_SCALING.value,
       warmup_steps=_WARMUP_STEPS.value, strategy_options=_strategy_options(),
       verbose=_VERBOSE.value, checkpoint_dir=_CHECKPOINT_DIR.value,
-      tensorboard_dir=_TENSORBOARD_DIR.value, **user)
+      tensorboard_dir=_TENSORBOARD_DIR.value, compress_gradients=_COMPRESS_GRADIENTS.value,
+      **user)
   result = training.train(config)
   print(f"strategy={result.strategy} replicas={result.replicas} "
         f"accuracy={result.accuracy:.4f} loss={result.losses[-1]:.4f} examples/s={result.examples_per_second:.0f} "
