@@ -87,6 +87,27 @@ def test_users_own_model_and_data(strategy):
   assert "replicas=2" in result.stdout
 
 
+@pytest.mark.slow
+def test_compressed_gradients_train_in_sync():
+  result = helpers.run(helpers.tfdist_cli(
+      "train", "--strategy=multi_worker_mirrored", "--compress_gradients", "--epochs=8",
+      "--batch_size=32", f"--model={USER}/regression_model.py",
+      f"--data={USER}/regression_data.py"), timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  done = re.findall(r"\[(worker:\d)\] strategy=.* loss=([\d.]+) .* weights=(\w+)", result.stdout)
+  assert sorted(task for task, _, _ in done) == ["worker:0", "worker:1"]
+  assert max(float(loss) for _, loss, _ in done) < 0.1
+  assert done[0][2] == done[1][2]  # The same float16 sums reach both workers.
+
+
+def test_compressed_gradients_are_refused_under_parameter_servers():
+  result = helpers.run(helpers.tfdist_cli(
+      "train", "--strategy=parameter_server", "--compress_gradients"), timeout=60)
+  assert result.returncode == 2
+  assert re.search(r"parameter-server training has none.*Received: --strategy=parameter_server "
+                   "--compress_gradients", result.stdout)
+
+
 @pytest.mark.parametrize("flag, text, match", [
     ("--model=no/such/file.py", None, r"`--model` names no file.*Received: 'no/such/file.py'"),
     ("--data=no_such_module_xyz", None, r"`--data` names no importable module.*"

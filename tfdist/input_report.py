@@ -2,9 +2,9 @@
 
 Keras fetches the next batch inside its compiled step, so waiting cannot be
 timed from Python. `InputBoundReport` times Keras's compiled train function
-during `fit` (after tracing), then times the same function on one cached
-batch, which needs no input work: the difference is the wait. Weights and optimizer state
-are restored afterwards, so training is unaffected. For custom loops,
+during `fit`, and at each epoch's end times the same function on one cached
+batch, which needs no input work: the difference is the wait. Weights and
+optimizer state are restored after each probe, so training is unaffected. For custom loops,
 `input_wait_share` times `next(iterator)` and the step separately.
 
 Thresholds are the TF profiler's: under 5% fine, 5-20% moderately, 20% or more
@@ -90,66 +90,87 @@ def input_wait_share(iterator: Iterator, step_fn: Callable, steps: int = 20,
 class InputBoundReport(tf_keras.callbacks.Callback):
   """Prints, at the end of `fit`, the share of step time spent waiting for data.
 
+  At the end of each epoch after the first (the first fills caches and
+  traces), it times `probe_steps` calls of the compiled step on one cached
+  batch, then puts the weights and optimizer state back. Each epoch's share
+  compares that epoch's steps with its probe, so both see the machine in the
+  same state; the report is the median over epochs (with one epoch, that one).
+
   Args:
     dataset_fn: the `dataset_fn(input_context)` that feeds `fit` (see
       `tfdist.distributed_input.distribute_function`).
-    probe_steps: compiled-step calls to time on the cached batch.
+    probe_steps: compiled-step calls timed on the cached batch per epoch.
     verbose: print the report at the end of training.
 
   Attributes:
     result: the `InputBound` measured, or None (e.g. under parameter servers,
       where steps run on remote workers).
+    per_epoch: the `InputBound` of each measured epoch.
   """
 
-  def __init__(self, dataset_fn: Callable, *, probe_steps: int = 20, verbose: bool = True):
+  def __init__(self, dataset_fn: Callable, *, probe_steps: int = 10, verbose: bool = True):
     super().__init__()
     self.dataset_fn = dataset_fn
     self.probe_steps = probe_steps
     self.verbose = verbose
     self.result: Optional[InputBound] = None
-    self._step_seconds: List[float] = []
+    self.per_epoch: List[InputBound] = []
 
   def on_train_begin(self, logs=None):
     # Time exactly the compiled step Keras calls (fetch included), and nothing of
     # Keras's own per-step Python work, so both timings measure the same thing.
     self._train_function = self.model.train_function
     self._calls = 0
+    self._epoch_steps: List[float] = []
+    self.per_epoch = []
+    self._cached = None
+    strategy = self.model.distribute_strategy
+    self._enabled = not isinstance(strategy, tf.distribute.ParameterServerStrategy)
+    self._last_epoch = self.params.get("epochs", 1) - 1
 
     def timed(iterator):
       start = time.perf_counter()
       outputs = self._train_function(iterator)
       self._calls += 1
       if self._calls > 3:  # Leave out tracing and the first steps.
-        self._step_seconds.append(time.perf_counter() - start)
+        self._epoch_steps.append(time.perf_counter() - start)
       return outputs
 
-    self.model.train_function = timed
+    if self._enabled:
+      self.model.train_function = timed
+
+  def on_epoch_end(self, epoch, logs=None):
+    steps, self._epoch_steps = self._epoch_steps, []
+    if not self._enabled or not steps or (epoch == 0 and self._last_epoch > 0):
+      return
+    compute = self._time_compute(self.model.distribute_strategy)
+    self.per_epoch.append(_share(statistics.median(steps), compute))
 
   def on_train_end(self, logs=None):
-    self.model.train_function = self._train_function
-    strategy = self.model.distribute_strategy
-    if isinstance(strategy, tf.distribute.ParameterServerStrategy) or not self._step_seconds:
+    if self._enabled:
+      self.model.train_function = self._train_function
+    if not self.per_epoch:
       return
-    compute = self._time_compute(strategy)
-    self.result = _share(statistics.median(self._step_seconds), compute)
+    self.result = sorted(self.per_epoch, key=lambda r: r.share)[(len(self.per_epoch) - 1) // 2]
     if self.verbose:
       print(self.result, flush=True)
 
   def _time_compute(self, strategy) -> float:
-    def cached_fn(context):
-      return self.dataset_fn(context).take(1).cache().repeat()
-    iterator = iter(distributed_input.distribute_function(strategy, cached_fn))
+    if self._cached is None:
+      def cached_fn(context):
+        return self.dataset_fn(context).take(1).cache().repeat()
+      self._cached = iter(distributed_input.distribute_function(strategy, cached_fn))
     model = self.model
     weights = model.get_weights()
     optimizer_state = [v.numpy() for v in model.optimizer.variables()]
     try:
       train_function = self._train_function
       for _ in range(2):  # Fill the cache and settle.
-        train_function(iterator)
+        train_function(self._cached)
       seconds = []
       for _ in range(self.probe_steps):
         start = time.perf_counter()
-        tf.nest.map_structure(lambda t: t.numpy(), train_function(iterator))
+        tf.nest.map_structure(lambda t: t.numpy(), train_function(self._cached))
         seconds.append(time.perf_counter() - start)
       return statistics.median(seconds)
     finally:

@@ -118,8 +118,15 @@ def _worker() -> int:
   import tfdist
   from tfdist import cluster as cluster_lib
   spec = cluster_lib.ClusterSpec.from_env()
-  # One core per worker, so that 2 workers have twice the compute of 1.
-  os.sched_setaffinity(0, {spec.task.index % os.cpu_count()})
+  # One core per worker, so that 2 workers have twice the compute of 1. Every
+  # thread: affinity is per thread on Linux, and threads started by earlier
+  # imports would otherwise roam.
+  core = {spec.task.index % os.cpu_count()}
+  for thread in os.listdir("/proc/self/task"):
+    try:
+      os.sched_setaffinity(int(thread), core)
+    except ProcessLookupError:  # The thread has ended.
+      pass
   strategy = tfdist.make_strategy("multi_worker_mirrored", communication="ring")
   import numpy as np
   import tensorflow as tf
