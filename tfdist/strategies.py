@@ -34,8 +34,8 @@ CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_devic
 COMMUNICATION = ("auto", "ring", "nccl")
 # multi_worker_mirrored's gradient packs. TF's default (0) sends all gradients as
 # one all-reduce; packs of 4 MB run as concurrent collectives, which on gRPC
-# measured 1.4x faster for 64 MB of gradients (fp32 290 -> 203 ms, `tfdist bench
-# --suites=allreduce`) and the same for 16 MB.
+# measured 1.4-1.7x faster for 64 MB of 1 MB gradients (fp32 298 -> 179 ms,
+# `tfdist bench --suites=allreduce`) and the same for 16 MB and less.
 BYTES_PER_PACK = 4 * 2**20
 
 ClusterArg = Union[None, cluster_lib.ClusterSpec,
