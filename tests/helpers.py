@@ -2,11 +2,12 @@
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(REPO, "tests", "scripts")
@@ -97,3 +98,21 @@ def task_pid(root: int, task_type: str, index: int, seconds: float = 120) -> int
         return pid
     time.sleep(0.2)
   raise AssertionError(f"no process of {task_type}:{index} under pid {root}")
+
+
+def signal_when(command: Sequence[str], pattern: str, signum: int, *,
+                task: Optional[Tuple[str, int]] = None, timeout: float = 300):
+  """Runs `command`; at the first line matching `pattern` (re.search), signals it.
+
+  The signal goes to the command itself, or to one task of the cluster it
+  started (`task=("worker", 1)`). Returns (output up to the match, the rest,
+  exit code); everything is killed on the way out.
+  """
+  with spawned(command) as process:
+    lines = []
+    for line in process.stdout:
+      lines.append(line)
+      if re.search(pattern, line):
+        os.kill(process.pid if task is None else task_pid(process.pid, *task), signum)
+        break
+    return "".join(lines), process.communicate(timeout=timeout)[0], process.returncode

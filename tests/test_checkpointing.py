@@ -73,19 +73,6 @@ def test_killed_job_resumes_from_the_last_finished_epoch(tmp_path):
   assert json.loads((tmp_path / "result.json").read_text())["weights_digest"] in digests
 
 
-def _sigterm_when(command, marker, task=None):
-  """Runs `command`, sends SIGTERM to it (or to one task) when `marker` shows."""
-  with helpers.spawned(command) as process:
-    lines = []
-    for line in process.stdout:
-      lines.append(line)
-      if marker in line:
-        pid = process.pid if task is None else helpers.task_pid(process.pid, *task)
-        os.kill(pid, signal.SIGTERM)
-        break
-    return process.communicate(timeout=300)[0], "".join(lines), process.returncode
-
-
 SAVED = r"BackupAndRestore: SIGTERM: backed up epoch (\d+) after batch (\d+)"
 RESUMED = r"BackupAndRestore: resuming after epoch (\d+), batch (\d+)"
 
@@ -94,7 +81,7 @@ RESUMED = r"BackupAndRestore: resuming after epoch (\d+), batch (\d+)"
 def test_sigterm_backs_up_mid_epoch_and_the_job_resumes_there(tmp_path):
   command = helpers.tfdist_cli("train", "--strategy=mirrored", "--devices=2", "--epochs=4",
                                "--verbose=2", f"--checkpoint_dir={tmp_path}")
-  rest, head, code = _sigterm_when(command, "Epoch 3/4")
+  head, rest, code = helpers.signal_when(command, "Epoch 3/4", signal.SIGTERM)
   assert code == checkpointing.PREEMPTED_EXIT_CODE == 143, (head + rest)[-3000:]
   saved = re.search(SAVED, rest).groups()
   assert saved[0] == "3" and int(saved[1]) % 10 == 0  # Checked every 10 batches.
@@ -108,7 +95,8 @@ def test_sigterm_backs_up_mid_epoch_and_the_job_resumes_there(tmp_path):
 def test_sigterm_to_one_worker_backs_up_every_worker_at_the_same_step(tmp_path):
   command = helpers.tfdist_cli("train", "--strategy=multi_worker_mirrored", "--epochs=4",
                                "--verbose=2", f"--checkpoint_dir={tmp_path}")
-  rest, head, code = _sigterm_when(command, "[worker:1] Epoch 3/4", task=("worker", 1))
+  head, rest, code = helpers.signal_when(command, r"\[worker:1\] Epoch 3/4", signal.SIGTERM,
+                                         task=("worker", 1))
   assert code == 143, (head + rest)[-3000:]
   saved = {task: re.search(r"\[" + task + r"\] " + SAVED, rest).groups()
            for task in ("worker:0", "worker:1")}

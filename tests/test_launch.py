@@ -190,15 +190,11 @@ def test_max_restarts_resumes_after_a_worker_is_killed_mid_epoch(tmp_path):
   command = helpers.tfdist_cli(
       "train", "--strategy=multi_worker_mirrored", "--epochs=6", "--verbose=2",
       "--max_restarts=1", f"--checkpoint_dir={tmp_path}")
-  with helpers.spawned(command) as process:
-    lines = []
-    for line in process.stdout:  # SIGKILL worker 1 once epoch 3 has begun.
-      lines.append(line)
-      if line.startswith("[worker:1] Epoch 3/6"):
-        os.kill(helpers.task_pid(process.pid, "worker", 1), signal.SIGKILL)
-        break
-    out = "".join(lines) + process.communicate(timeout=300)[0]
-  assert process.returncode == 0, out[-3000:]
+  # SIGKILL worker 1 once epoch 3 has begun.
+  head, rest, code = helpers.signal_when(command, r"^\[worker:1\] Epoch 3/6", signal.SIGKILL,
+                                         task=("worker", 1))
+  out = head + rest
+  assert code == 0, out[-3000:]
   assert "task worker:1 exited with code -9; restarting every task (0 restarts left)" in out
   first, second = out.split("restarting every task", 1)
   interrupted = max(epoch_starts(first))
@@ -276,15 +272,11 @@ def test_network_arguments_are_checked():
 def test_parameter_server_training_survives_a_killed_worker():
   command = helpers.tfdist_cli("train", "--strategy=parameter_server", "--epochs=6",
                                "--verbose=2")
-  with helpers.spawned(command) as process:
-    lines = []
-    for line in process.stdout:  # SIGKILL worker 1 once epoch 3 has begun.
-      lines.append(line)
-      if line.startswith("[chief:0] Epoch 3/6"):
-        os.kill(helpers.task_pid(process.pid, "worker", 1), signal.SIGKILL)
-        break
-    out = "".join(lines) + process.communicate(timeout=300)[0]
-  assert process.returncode == 0, out[-3000:]
+  # SIGKILL worker 1 once epoch 3 has begun.
+  head, rest, code = helpers.signal_when(command, r"^\[chief:0\] Epoch 3/6", signal.SIGKILL,
+                                         task=("worker", 1))
+  out = head + rest
+  assert code == 0, out[-3000:]
   assert "task worker:1 exited with code -9; training goes on with ['worker:0']" in out
   assert epoch_starts(out, "chief:0") == [1, 2, 3, 4, 5, 6]
   accuracy = float(re.search(r"\[chief:0\] strategy=.* accuracy=([\d.]+)", out).group(1))
