@@ -14,16 +14,19 @@ def test_steps_per_execution_amortises_only_with_replicas():
   assert bench.steps_per_execution(tfdist.make_strategy("one_device")) == 1
 
 
-def test_interleaved_ratio_is_the_median_of_pairs():
-  a, b = iter([1.0, 1.0, 1.0]), iter([2.0, 3.0, 10.0])
+def test_interleaved_ratio_is_the_median_of_pairs_per_clock():
+  a = iter([{"wall": 1.0, "cpu": 2.0}] * 3)
+  b = iter([{"wall": 2.0, "cpu": 2.0}, {"wall": 3.0, "cpu": 2.0}, {"wall": 10.0, "cpu": 1.0}])
   result = bench.interleaved_ratio(lambda: next(a), lambda: next(b), repeats=3)
-  assert result["ratio"] == 3.0 and result["a_ms"] == 1000.0
+  assert result["wall"] == {"ratio": 3.0, "a_ms": 1000.0, "b_ms": 3000.0}
+  assert result["cpu"]["ratio"] == 1.0
 
 
 def test_strategy_overhead_rows():
   rows = bench.strategy_overhead(["mirrored"], ["mlp"], repeats=1, steps=10)
   assert [(r["model"], r["strategy"]) for r in rows] == [("mlp", "mirrored")]
-  assert rows[0]["ratio"] > 0 and rows[0]["raw_ms"] > 0
+  for clock in bench.CLOCKS:
+    assert rows[0][clock]["ratio"] > 0 and rows[0][clock]["a_ms"] > 0
 
 
 def test_raw_strategy_names():
@@ -61,7 +64,9 @@ def test_cli_writes_one_key_per_ratio(tmp_path):
   assert result.returncode == 0, result.stdout[-3000:]
   written = json.loads(out.read_text())
   assert set(written) == {
-      "small_model_raw_mirrored_over_plain", "small_model_tfdist_mirrored_over_plain",
+      "small_model_raw_mirrored_over_plain_wall", "small_model_raw_mirrored_over_plain_cpu",
+      "small_model_tfdist_mirrored_over_plain_wall",
+      "small_model_tfdist_mirrored_over_plain_cpu",
       "allreduce_loopback_gbps", "allreduce_busbw_over_tcp_raw_1mb",
       "allreduce_busbw_over_tcp_tfdist_1mb", "allreduce_busbw_over_tcp_tfdist_fp16_1mb"}
   assert all(value > 0 for value in written.values())

@@ -45,6 +45,25 @@ def test_split_in_a_fresh_process_gives_four_devices():
   assert result.stdout.strip().splitlines()[-1] == "4", result.stdout[-2000:]
 
 
+def test_split_gives_each_logical_cpu_its_share_of_the_cores():
+  code = ("import os, tfdist; tfdist.devices.split_physical_device(2); import tensorflow as tf; "
+          "t = tf.config.threading; tf.constant(1); "
+          "print(len(os.sched_getaffinity(0)), t.get_intra_op_parallelism_threads(), "
+          "t.get_inter_op_parallelism_threads())")
+  result = helpers.run(helpers.python("-c", code), timeout=120)
+  cores, intra, inter = map(int, result.stdout.strip().splitlines()[-1].split())
+  assert (intra, inter) == (max(1, cores // 2), max(cores, 2)), result.stdout[-2000:]
+
+
+def test_split_keeps_thread_counts_the_program_set():
+  code = ("import tensorflow as tf, tfdist; t = tf.config.threading; "
+          "t.set_intra_op_parallelism_threads(3); "
+          "tfdist.devices.split_physical_device(2); "
+          "print(t.get_intra_op_parallelism_threads())")
+  result = helpers.run(helpers.python("-c", code), timeout=120)
+  assert result.stdout.strip().splitlines()[-1] == "3", result.stdout[-2000:]
+
+
 def test_memory_growth_is_a_no_op_without_gpus():
   assert devices.set_memory_growth() == []
 

@@ -40,10 +40,11 @@ def test_plot_writes_a_png(tmp_path):
 def test_cli_predicts_checks_and_draws(tmp_path):
   out, png = tmp_path / "scale.json", tmp_path / "scale.png"
   result = helpers.run(helpers.tfdist_cli(
-      "scale", "--model=cnn", "--steps=10", "--repeats=1", f"--plot={png}",
+      "scale", "--model=cnn", "--steps=10", "--repeats=1", "--pairs=2", f"--plot={png}",
       f"--output={out}"), timeout=600)
   assert result.returncode == 0, result.stdout[-3000:]
   written = json.loads(out.read_text())
   assert written["gradient_bytes"] > 0 and written["busbw"] > 0
   assert 0 < written["measured_efficiency_2"] and 0 < written["predicted_efficiency_2"] <= 1
+  assert len(written["measured_efficiency_2_per_pair"]) == 2
   assert "prediction off by" in result.stdout and png.stat().st_size > 0

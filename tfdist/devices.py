@@ -14,6 +14,7 @@ Example:
 
 import contextlib
 import dataclasses
+import os
 from typing import Dict, Iterator, List, Optional, Sequence
 
 import tensorflow as tf
@@ -38,16 +39,26 @@ def list_devices() -> Devices:
 
 
 def split_physical_device(num_devices: int, *, device_type: str = "CPU",
-                          memory_limit_mb: Optional[int] = None) -> None:
+                          memory_limit_mb: Optional[int] = None,
+                          share_cores: bool = True) -> None:
   """Splits the first physical device of `device_type` into `num_devices` logical ones.
 
   Call it before anything runs on TensorFlow. Calling it again with the same
   count is a no-op, so notebooks can re-run the cell.
 
+  Logical CPUs share one intra-op thread pool, whose threads every replica's
+  ops then fight over. With `share_cores`, a CPU split into n devices gets
+  cores // n intra-op threads (at least 1) and max(cores, n) inter-op
+  threads, so the replicas run side by side on their own share of the cores,
+  as GPUs would; unless the program set those counts itself. On 2 cores it
+  took MirroredStrategy's step for an MLP from 14.8 to 8.3 ms and for a small
+  CNN from 8.4 to 5.3 ms, with no-strategy steps equal or faster (README).
+
   Args:
     num_devices: how many logical devices to make (>= 1).
     device_type: "CPU" or "GPU".
     memory_limit_mb: per logical device; required for a GPU, unused for a CPU.
+    share_cores: give each logical CPU its share of the cores (see above).
 
   It does not start the TensorFlow runtime, so multi_worker_mirrored can still
   be created afterwards.
@@ -82,6 +93,18 @@ def split_physical_device(num_devices: int, *, device_type: str = "CPU",
         "tfdist.devices.split_physical_device() first thing in the program (in "
         "pytest, in conftest.py; in a notebook, restart the kernel). "
         f"Received: num_devices={num_devices}, current={[d.name for d in current]}") from e
+  if device_type == "CPU" and num_devices > 1 and share_cores:
+    _share_cores(num_devices)
+
+
+def _share_cores(num_devices: int) -> None:
+  threading = tf.config.threading
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+  # 0 means "TF picks": anything else the program chose, and it stays.
+  if threading.get_intra_op_parallelism_threads() == 0:
+    threading.set_intra_op_parallelism_threads(max(1, cores // num_devices))
+  if threading.get_inter_op_parallelism_threads() == 0:
+    threading.set_inter_op_parallelism_threads(max(cores, num_devices))
 
 
 def set_memory_growth(enabled: bool = True) -> List[str]:
