@@ -83,7 +83,8 @@ def _dataset(input_shape: Sequence[int], batch_size: int) -> tf.data.Dataset:
 
 def fit_timer(model_fn: Callable[[], keras.Model], input_shape: Sequence[int],
               strategy: tf.distribute.Strategy = None, *, batch_size: int = 64,
-              steps: int = 100, steps_per_execution: int = 1) -> Callable[[], float]:
+              steps: int = 100,
+              steps_per_execution: int = 1) -> Callable[[], Dict[str, float]]:
   """A function timing one `fit` of `steps` steps: seconds per step by clock; warmed up once."""
   scope = strategy.scope() if strategy is not None else _no_scope()
   with scope:

@@ -59,7 +59,8 @@ def main(argv):
   busbw = statistics.median(two["busbw"] for _, two in pairs)
   two_step = statistics.median(two["step_seconds"] for _, two in pairs)
   predictions = scaling_analysis.predict(compute, gradient_bytes, busbw, REPLICAS)
-  measured = statistics.median(one["step_seconds"] / two["step_seconds"] for one, two in pairs)
+  efficiencies = [one["step_seconds"] / two["step_seconds"] for one, two in pairs]
+  measured = statistics.median(efficiencies)
   predicted = predictions[1].efficiency
   error = abs(predicted - measured) / measured
   print(f"\nmodel {_MODEL.value}: {gradient_bytes / 2**20:.2f} MB of gradients, "
@@ -87,8 +88,7 @@ def main(argv):
     with open(_OUTPUT.value, "w") as f:
       json.dump({"compute_seconds": compute, "gradient_bytes": gradient_bytes, "busbw": busbw,
                  "measured_efficiency_2": measured,
-                 "measured_efficiency_2_per_pair": [one["step_seconds"] / two["step_seconds"]
-                                                    for one, two in pairs],
+                 "measured_efficiency_2_per_pair": efficiencies,
                  "predicted_efficiency_2": predicted,
                  "prediction_error_2": error,
                  "predicted": {p.replicas: p.efficiency for p in predictions}}, f, indent=1)
