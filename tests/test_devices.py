@@ -38,30 +38,36 @@ def test_split_errors(kwargs, match):
     devices.split_physical_device(**kwargs)
 
 
-def test_split_in_a_fresh_process_gives_four_devices():
-  code = ("import tfdist; tfdist.devices.split_physical_device(4); import tensorflow as tf; "
-          "print(len(tf.config.list_logical_devices('CPU')))")
+def _last_line_in_a_fresh_process(code: str) -> str:
+  """Runs `code` in a new Python (TF's runtime config is per process); its last stdout line."""
   result = helpers.run(helpers.python("-c", code), timeout=120)
-  assert result.stdout.strip().splitlines()[-1] == "4", result.stdout[-2000:]
+  lines = result.stdout.strip().splitlines()
+  assert lines, result.stdout[-2000:]
+  return lines[-1]
+
+
+def test_split_in_a_fresh_process_gives_four_devices():
+  assert _last_line_in_a_fresh_process(
+      "import tfdist; tfdist.devices.split_physical_device(4); import tensorflow as tf; "
+      "print(len(tf.config.list_logical_devices('CPU')))") == "4"
 
 
 def test_split_gives_each_logical_cpu_its_share_of_the_cores():
-  code = ("import os, tfdist; tfdist.devices.split_physical_device(2); import tensorflow as tf; "
-          "t = tf.config.threading; tf.constant(1); "
-          "print(len(os.sched_getaffinity(0)), t.get_intra_op_parallelism_threads(), "
-          "t.get_inter_op_parallelism_threads())")
-  result = helpers.run(helpers.python("-c", code), timeout=120)
-  cores, intra, inter = map(int, result.stdout.strip().splitlines()[-1].split())
-  assert (intra, inter) == (max(1, cores // 2), max(cores, 2)), result.stdout[-2000:]
+  line = _last_line_in_a_fresh_process(
+      "import os, tfdist; tfdist.devices.split_physical_device(2); import tensorflow as tf; "
+      "t = tf.config.threading; tf.constant(1); "
+      "print(len(os.sched_getaffinity(0)), t.get_intra_op_parallelism_threads(), "
+      "t.get_inter_op_parallelism_threads())")
+  cores, intra, inter = map(int, line.split())
+  assert (intra, inter) == (max(1, cores // 2), max(cores, 2))
 
 
 def test_split_keeps_thread_counts_the_program_set():
-  code = ("import tensorflow as tf, tfdist; t = tf.config.threading; "
-          "t.set_intra_op_parallelism_threads(3); "
-          "tfdist.devices.split_physical_device(2); "
-          "print(t.get_intra_op_parallelism_threads())")
-  result = helpers.run(helpers.python("-c", code), timeout=120)
-  assert result.stdout.strip().splitlines()[-1] == "3", result.stdout[-2000:]
+  assert _last_line_in_a_fresh_process(
+      "import tensorflow as tf, tfdist; t = tf.config.threading; "
+      "t.set_intra_op_parallelism_threads(3); "
+      "tfdist.devices.split_physical_device(2); "
+      "print(t.get_intra_op_parallelism_threads())") == "3"
 
 
 def test_memory_growth_is_a_no_op_without_gpus():
