@@ -29,6 +29,14 @@ def test_strategy_overhead_rows():
     assert rows[0][clock]["ratio"] > 0 and rows[0][clock]["a_ms"] > 0
 
 
+def test_models_build_for_their_input_shapes():
+  for name, (model_fn, shape) in bench.MODELS.items():
+    model = model_fn()
+    assert model.input_shape[1:] == shape, name
+  # The compute-bound CNN synchronises ~0.9 MB per step, like its docstring says.
+  assert bench.convnet().count_params() * 4 == pytest.approx(0.85 * bench.MB, rel=0.01)
+
+
 def test_raw_strategy_names():
   with pytest.raises(ValueError, match=r"No raw counterpart for 'parameter_server'.*"
                      r"Received: 'parameter_server'"):
@@ -71,6 +79,29 @@ def test_cli_writes_one_key_per_ratio(tmp_path):
       "allreduce_busbw_over_tcp_tfdist_1mb", "allreduce_busbw_over_tcp_tfdist_fp16_1mb"}
   assert all(value > 0 for value in written.values())
   assert "bus bandwidth / loopback TCP" in result.stdout
+
+
+@pytest.mark.slow
+def test_cli_scaling_suite_reports_examples_per_second(tmp_path):
+  out = tmp_path / "bench.json"
+  result = helpers.run(helpers.tfdist_cli(
+      "bench", "--suites=scaling", "--scale_models=cnn:64", "--scale_steps=5",
+      f"--output={out}"), timeout=900)
+  assert result.returncode == 0, result.stdout[-3000:]
+  written = json.loads(out.read_text())
+  assert set(written) == {
+      "scaling_cnn_examples_per_second_1", "scaling_cnn_examples_per_second_2",
+      "scaling_cnn_efficiency_2_measured", "scaling_cnn_efficiency_2_predicted"}
+  assert all(value > 0 for value in written.values())
+  assert "2 workers / 1, each pinned to a core" in result.stdout
+
+
+def test_cli_scale_models_must_name_a_batch():
+  result = helpers.run(helpers.tfdist_cli("bench", "--suites=scaling",
+                                          "--scale_models=convnet"), timeout=120)
+  assert result.returncode != 0
+  assert "--scale_models takes model:per-replica batch, e.g. convnet:256. " \
+         "Received: 'convnet'" in result.stdout
 
 
 @pytest.mark.parametrize("name", ["mirrored", "central_storage"])

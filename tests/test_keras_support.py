@@ -90,6 +90,10 @@ class TestMultiWorkerMirrored:
     assert "predictions=(64, 1)" in evaluated["[worker:0"]
     final_loss = float(losses["[worker:0"].strip("]").split(", ")[-1])
     assert float(evaluated["[worker:0"].split()[0].split("=")[1]) < 1.5 * final_loss
+    assert "[worker:0] REDUCTION: first" in result.stdout
+    default = {line.split("]")[0]: line.split("DEFAULT_REDUCTION_TRAINED: ")[1]
+               for line in result.stdout.splitlines() if "DEFAULT_REDUCTION_TRAINED: " in line}
+    assert default["[worker:0"] == default["[worker:1"] == losses["[worker:0"]
 
   def test_keras3_single_worker_is_allowed(self):
     result = _launch("keras3", "multi_worker_mirrored", workers=1)
@@ -122,3 +126,24 @@ def test_support_matrix_names_the_failures():
   failing = {key for key, reason in keras_support.SUPPORT.items() if reason}
   assert failing == {(keras_support.KERAS3, "multi_worker_mirrored (2+ workers)"),
                      (keras_support.KERAS3, "parameter_server")}
+
+
+class _CustomStep(tfdist.keras.Model):
+  def train_step(self, data):
+    return super().train_step(data)
+
+
+@pytest.mark.parametrize("name", ["one_device", "mirrored", "multi_worker_mirrored"])
+def test_reduction_method_stays_auto_without_a_second_worker(name):
+  strategy = tfdist.make_strategy(name)
+  with strategy.scope():
+    model = tfdist.keras.Sequential([tfdist.keras.Input((4,)), tfdist.keras.layers.Dense(1)])
+  assert keras_support.set_distribute_reduction_method(model, strategy) == "auto"
+
+
+def test_reduction_method_leaves_a_custom_train_step_alone():
+  inputs = tfdist.keras.Input((4,))
+  model = _CustomStep(inputs, tfdist.keras.layers.Dense(1)(inputs))
+  assert type(model).train_step is not tfdist.keras.Model.train_step
+  assert keras_support.set_distribute_reduction_method(
+      model, tfdist.make_strategy("one_device")) == "auto"

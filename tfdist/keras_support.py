@@ -16,6 +16,8 @@ import sys
 import warnings
 from typing import Callable, Optional
 
+from tfdist import cluster as cluster_lib
+
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 KERAS3 = "keras3"
 TF_KERAS = "tf_keras"
@@ -98,3 +100,28 @@ def refuse_keras3(strategy_name: str, reason: str) -> None:
       f"{strategy_name}: `from tfdist import keras` (or import tfdist before "
       "TensorFlow and use tf.keras). "
       f"Received: a Keras {keras.__version__} model under {strategy_name}")
+
+
+def set_distribute_reduction_method(model, strategy) -> str:
+  """Reports a multi-worker step's metrics without one more all-reduce per step.
+
+  tf_keras computes the compiled metrics inside each step with their
+  sync-on-read variables all-reduced across workers, so every worker already
+  holds the global values. It then reduces the step's outputs with "sum",
+  another collective per step: on 2 localhost workers here the default job's
+  CNN (batch 1024) stepped in 17.9 ms with it and 16.7 ms without. "first"
+  takes the local copy of the same global values. Applied only under multi-worker
+  MultiWorkerMirroredStrategy, to a model that uses Keras's own `train_step`
+  and whose method is still "auto": a custom step may return unreduced values.
+
+  Returns:
+    The model's `distribute_reduction_method` afterwards.
+  """
+  import tensorflow as tf  # Not at the top: importing tfdist must not load TF or Keras.
+  import tf_keras
+  multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and \
+      cluster_lib.count_workers(strategy.cluster_resolver.cluster_spec().as_dict()) > 1
+  own_step = type(model).train_step is tf_keras.Model.train_step
+  if multi_worker and own_step and model.distribute_reduction_method == "auto":
+    model.distribute_reduction_method = "first"
+  return model.distribute_reduction_method

@@ -1,24 +1,25 @@
 """How well will a model scale? The α-β model, fed with measurements from this machine.
 
-A synchronous data-parallel step on n replicas costs its compute plus one
-ring all-reduce of the gradients:
+A synchronous data-parallel step on n replicas costs its compute plus its
+communication, latency (α) and bytes (β) as in a ring all-reduce:
 
-    step(n) = compute + gradient_bytes * 2(n-1)/n / busbw
+    step(n) = compute + latency * (n-1) + gradient_bytes * 2(n-1)/n / busbw
 
-where busbw is the bus bandwidth (as nccl-tests define it) of an all-reduce
-of that many bytes, measured, so that its latency is in it too. With the
-per-replica batch fixed (weak scaling), the efficiency is step(1)/step(n):
-1.0 means n replicas give n times the examples per second.
+busbw is the bus bandwidth (as nccl-tests define it) of a large all-reduce,
+where latency no longer counts. latency is what a training step on 2 workers
+pays beyond the bytes: every collective of the step (tf_keras all-reduces the
+gradients and then its metrics, each round trip a few hundred µs to 1 ms over
+gRPC here) and the wait for the slower worker. A ring's round trips grow as
+2(n-1), so the 2-worker latency grows as (n-1). With latency=0 this is the
+classic step = compute + bytes * 2(n-1)/n / busbw.
 
-Measured here (`tfdist scale`): the prediction holds for compute-bound steps
-(tens of ms); for steps of a few ms, waking the peer's threads on a loaded
-machine costs more than the bytes, and the measurement is lower than the
-prediction.
+With the per-replica batch fixed (weak scaling), the efficiency is
+step(1)/step(n): 1.0 means n replicas give n times the examples per second.
 
 Example:
 
 >>> predicted = predict(compute_seconds=0.030, gradient_bytes=7e6, busbw=0.3e9,
-...                     replicas=[2, 4, 8])
+...                     replicas=[2, 4, 8], latency_seconds=0.004)
 >>> print(advice(compute_seconds=0.030, gradient_bytes=7e6, busbw=0.3e9))
 """
 
@@ -42,25 +43,35 @@ def communication_seconds(gradient_bytes: float, busbw: float, replicas: int) ->
 
 
 def predict(compute_seconds: float, gradient_bytes: float, busbw: float,
-            replicas: Sequence[int]) -> List[Prediction]:
-  """The α-β prediction of step time and efficiency for each replica count."""
+            replicas: Sequence[int], latency_seconds: float = 0.0) -> List[Prediction]:
+  """The α-β prediction of step time and efficiency for each replica count.
+
+  `latency_seconds`: the per-step latency measured on 2 workers (see above).
+  """
+  if latency_seconds < 0:
+    raise ValueError(f"`latency_seconds` must be >= 0. Received: {latency_seconds}")
   out = []
   for n in replicas:
-    step = compute_seconds + communication_seconds(gradient_bytes, busbw, n)
+    step = (compute_seconds + latency_seconds * (n - 1)
+            + communication_seconds(gradient_bytes, busbw, n))
     out.append(Prediction(n, step, compute_seconds / step))
   return out
 
 
 def advice(compute_seconds: float, gradient_bytes: float, busbw: float,
-           measured_efficiency: Optional[float] = None, *, compressed: bool = False) -> str:
+           measured_efficiency: Optional[float] = None, *, compressed: bool = False,
+           latency_seconds: float = 0.0) -> str:
   """One or two sentences on what to expect and what to change.
 
   `compressed`: the gradients already cross in float16, so that is not advised.
+  Nor is it when latency, not bytes, dominates the communication.
   """
-  fp16 = "" if compressed else " or fp16 gradients (compress_gradients)"
-  two = predict(compute_seconds, gradient_bytes, busbw, [2])[0].efficiency
-  comm = communication_seconds(gradient_bytes, busbw, 2)
-  limit = predict(compute_seconds, gradient_bytes, busbw, [64])[0].efficiency
+  bytes_bound = communication_seconds(gradient_bytes, busbw, 2) >= latency_seconds
+  fp16 = " or fp16 gradients (compress_gradients)" if bytes_bound and not compressed else ""
+  two, limit = predict(compute_seconds, gradient_bytes, busbw, [2, 64], latency_seconds)
+  two = two.efficiency
+  limit = limit.efficiency
+  comm = latency_seconds + communication_seconds(gradient_bytes, busbw, 2)
   size = f"gradients are {_size(gradient_bytes)} per step"
   efficiency = two if measured_efficiency is None else measured_efficiency
   if efficiency < 0.5:

@@ -23,6 +23,7 @@ from tfdist import datasets
 from tfdist import distributed_input
 from tfdist import gradient_compression
 from tfdist import input_report
+from tfdist import keras_support
 from tfdist import scaling
 from tfdist import strategies
 
@@ -178,6 +179,7 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
                     metrics=["accuracy"])
     if config.compress_gradients:
       gradient_compression.compress_gradients(model.optimizer)
+    keras_support.set_distribute_reduction_method(model, strategy)
   timer = _EpochTimer()
   report = input_report.InputBoundReport(dataset_fn, verbose=config.verbose > 0)
   callbacks = [timer, report]

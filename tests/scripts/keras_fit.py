@@ -11,6 +11,7 @@ Exit codes: 0 trained, 3 refused by tfdist, 4 failed inside TF/Keras.
 import sys
 
 import tfdist  # First, as users are told to.
+from tfdist import keras_support
 
 flavour, strategy_name = sys.argv[1], sys.argv[2]
 raw = sys.argv[3:] == ["raw"]
@@ -37,15 +38,25 @@ else:
 
 x = np.random.default_rng(0).random((64, 4)).astype("float32")
 y = x.sum(axis=1, keepdims=True)
-with strategy.scope():
-  model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-  model.compile(optimizer="sgd", loss="mse")
+
+
+def build(reduction_method=None):
+  with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+  if reduction_method == "tfdist":
+    print(f"REDUCTION: {keras_support.set_distribute_reduction_method(model, strategy)}")
+  return model
+
+
+model = build("tfdist" if flavour == "tf_keras" and not raw else None)
 
 if strategy_name == "parameter_server" and flavour == "tf_keras":
   data = keras.utils.experimental.DatasetCreator(
       lambda ctx: tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16))
 else:
   data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16)
+initial_weights = model.get_weights() if flavour == "tf_keras" else None
 try:
   history = model.fit(data, epochs=2, steps_per_epoch=4, verbose=0)
 except TypeError as e:
@@ -61,3 +72,9 @@ if flavour == "tf_keras" and strategy_name == "multi_worker_mirrored":
   evaluation = model.evaluate(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), verbose=0)
   predictions = model.predict(tf.data.Dataset.from_tensor_slices(x).batch(16), verbose=0)
   print(f"EVALUATED: loss={evaluation:.6f} predictions={predictions.shape}", flush=True)
+  # The same training with Keras's default output reduction ("sum", one more
+  # all-reduce per step) reports the same losses.
+  default = build()
+  default.set_weights(initial_weights)
+  default_history = default.fit(data, epochs=2, steps_per_epoch=4, verbose=0)
+  print(f"DEFAULT_REDUCTION_TRAINED: losses={default_history.history['loss']}", flush=True)

@@ -10,7 +10,10 @@ Suites (--suites):
                one all-reduce of 1-64 MB of 1 MB gradients, as TF's defaults
                send it (raw), in tfdist's 4 MB packs, and in packs with float16
                on the wire (compress_gradients), divided by loopback TCP
-               bandwidth measured in the same cluster.
+               bandwidth measured in the same cluster;
+  scaling      `tfdist scale` for a compute-bound CNN and a communication-bound
+               MLP (--scale_models): examples/s on 1 and 2 workers pinned to a
+               core each, measured and predicted efficiency.
 
 Prints a table per suite and, with --output, writes JSON with one key per
 ratio. Medians over --repeats interleaved pairs. Never fails on speed.
@@ -18,17 +21,34 @@ ratio. Medians over --repeats interleaved pairs. Never fails on speed.
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
 from absl import flags
 
-_SUITES = flags.DEFINE_multi_enum("suites", ["overhead", "small_model", "allreduce"],
-                                  ["overhead", "small_model", "allreduce"], "What to measure.")
+_ALL_SUITES = ["overhead", "small_model", "allreduce", "scaling"]
+_SUITES = flags.DEFINE_multi_enum("suites", _ALL_SUITES, _ALL_SUITES, "What to measure.")
 _REPEATS = flags.DEFINE_integer("repeats", 21, "Interleaved repeats per comparison.",
                                 lower_bound=1)
 _STEPS = flags.DEFINE_integer("steps", 100, "Steps per timed fit.", lower_bound=10)
 _SIZES_MB = flags.DEFINE_list("sizes_mb", ["1", "4", "16", "64"], "All-reduce sizes in MB.")
+_SCALE_MODELS = flags.DEFINE_list("scale_models", ["convnet:256", "mlp:64"],
+                                  "scaling: `tfdist scale` models as model:per-replica batch.")
+
+
+@flags.validator("scale_models")
+def _check_scale_models(entries) -> bool:
+  for entry in entries:
+    if not entry.partition(":")[2].isdigit():
+      # Checked when flags are parsed, before any suite runs.
+      raise flags.ValidationError("--scale_models takes model:per-replica batch, e.g. "
+                                  f"convnet:256. Received: {entry!r}")
+  return True
+
+
+_SCALE_STEPS = flags.DEFINE_integer("scale_steps", 15, "scaling: steps per timed fit.",
+                                    lower_bound=5)
 _OUTPUT = flags.DEFINE_string("output", None, "Write the results as JSON here.")
 _WORKER_RESULT = flags.DEFINE_string("worker_result", None, "Internal: the all-reduce "
                                      "worker writes its rows here.")
@@ -71,6 +91,8 @@ def main(argv):
             small[variant][clock]["ratio"])
   if "allreduce" in _SUITES.value:
     results.update(_all_reduce())
+  if "scaling" in _SUITES.value:
+    results.update(_scaling())
   if _OUTPUT.value:
     with open(_OUTPUT.value, "w") as f:
       json.dump(results, f, indent=1, sort_keys=True)
@@ -107,6 +129,41 @@ def _all_reduce() -> dict:
     print(f"{row['size_mb']:>4g}MB {row['variant']:>12} {1000 * row['seconds']:>8.1f} "
           f"{row['algbw'] / 1e9:>11.3f} {row['busbw'] / 1e9:>11.3f} {ratio:>7.3f}")
     results[f"allreduce_busbw_over_tcp_{row['variant']}_{row['size_mb']:g}mb"] = ratio
+  return results
+
+
+def _scaling() -> dict:
+  results, rows = {}, []
+  for entry in _SCALE_MODELS.value:
+    model, _, batch = entry.partition(":")
+    print(f"\nScaling: tfdist scale --model={model} --batch_size={batch} ...", flush=True)
+    with tempfile.TemporaryDirectory() as workdir:
+      path = os.path.join(workdir, "scale.json")
+      code = subprocess.run(
+          [sys.executable, "-m", "tfdist", "scale", f"--model={model}", f"--batch_size={batch}",
+           f"--steps={_SCALE_STEPS.value}", "--plot=", f"--output={path}"],
+          stdout=subprocess.DEVNULL, timeout=3600).returncode
+      if code != 0 or not os.path.exists(path):
+        print(f"  failed (exit code {code}); run the command above to see why.")
+        continue
+      with open(path) as f:
+        measured = json.load(f)
+    batch = measured["batch_size"]
+    one = batch / measured["compute_seconds"]
+    two = 2 * batch / measured["two_worker_seconds"]
+    rows.append((model, batch, one, two, measured))
+    prefix = f"scaling_{model}"
+    results.update({f"{prefix}_examples_per_second_1": one,
+                    f"{prefix}_examples_per_second_2": two,
+                    f"{prefix}_efficiency_2_measured": measured["measured_efficiency_2"],
+                    f"{prefix}_efficiency_2_predicted": measured["predicted_efficiency_2"]})
+  print("\nScaling: 2 workers / 1, each pinned to a core, same per-replica batch "
+        "(target >= 92% for the compute-bound CNN)")
+  print(f"{'model':<10} {'batch':>6} {'1 worker ex/s':>14} {'2 workers ex/s':>15} "
+        f"{'efficiency':>11} {'predicted':>10}")
+  for model, batch, one, two, measured in rows:
+    print(f"{model:<10} {batch:>6} {one:>14.0f} {two:>15.0f} "
+          f"{measured['measured_efficiency_2']:>10.0%} {measured['predicted_efficiency_2']:>10.0%}")
   return results
 
 

@@ -1,17 +1,29 @@
 """`tfdist scale`: how well will this model scale, predicted and checked here.
 
 Measures, with each worker pinned to its own core:
-  1. the step time of the model on 1 worker (its compute),
-  2. the bus bandwidth of an all-reduce of its gradients between 2 workers,
-  3. the step time on 2 workers (same per-replica batch),
+  1. compute: the fit step time of the model on 1 worker (MWMS, as the
+     workers run it);
+  2. on 2 workers, interleaved:
+     - the step of a copy of the model trained with no strategy on both at
+       once, against the same alone in the 1-worker run: what sharing this
+       machine's caches and memory bandwidth costs, which separate machines
+       would not pay;
+     - the same two steps at batch 1, whose difference is the step's
+       communication with almost no compute: its latency, once the bytes
+       are taken out;
+     - the bus bandwidth of a 16 MB (or gradient-sized, if larger) all-reduce;
+     - the synchronous 2-worker step itself, at the chosen batch;
 alternating 1- and 2-worker runs --pairs times and taking medians.
-Then predicts the efficiency at 2, 4, 8 ... replicas with the α-β model
-(tfdist/scaling_analysis.py), compares the prediction for 2 with the
-measurement, draws the curve to a PNG and says what to do.
+Then predicts the efficiency at 2, 4, 8 ... replicas on separate machines with
+the α-β model (tfdist/scaling_analysis.py), checks the model against the
+2-worker measurement here (with the co-located compute in place of the
+compute), draws the curve to a PNG and says what to do.
 
 --compress_gradients measures and predicts with float16 all-reduces.
 
---model is `cnn` (the default job's), `mlp` (784-512-512-10), or your .py file
+--model is `cnn` (the default job's), `convnet` (compute-bound: 0.9 MB of
+gradients, ~0.7 ms of compute per example here), `mlp` (784-512-512-10,
+communication-bound: 2.6 MB of gradients), or your .py file
 or module defining model_fn(); tfdist compiles an uncompiled model with SGD
 and MSE on random data of its input and output shapes, which is all timing
 needs.
@@ -25,7 +37,8 @@ import tempfile
 
 from absl import flags
 
-_MODEL = flags.DEFINE_string("model", "cnn", "cnn, mlp, or a .py file / module with model_fn().")
+_MODEL = flags.DEFINE_string("model", "cnn", "cnn, convnet, mlp, or a .py file / module "
+                             "with model_fn().")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Per-replica batch.", lower_bound=1)
 _STEPS = flags.DEFINE_integer("steps", 50, "Steps per timed fit.", lower_bound=5)
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed fits per measurement (median).",
@@ -54,26 +67,43 @@ def main(argv):
     if one is None or two is None:
       return 1
     pairs.append((one, two))
-  compute = statistics.median(one["step_seconds"] for one, _ in pairs)
+  twos = [two for _, two in pairs]
   gradient_bytes = pairs[0][0]["gradient_bytes"]
-  busbw = statistics.median(two["busbw"] for _, two in pairs)
-  two_step = statistics.median(two["step_seconds"] for _, two in pairs)
-  predictions = scaling_analysis.predict(compute, gradient_bytes, busbw, REPLICAS)
-  efficiencies = [one["step_seconds"] / two["step_seconds"] for one, two in pairs]
+  compute = statistics.median(one["synced"] for one, _ in pairs)
+  # What sharing this machine costs each worker's compute, from the plain copy.
+  slowdown = statistics.median(two["plain"] / one["plain"] for one, two in pairs)
+  colocated = compute * slowdown
+  busbw = statistics.median(two["busbw"] for two in twos)
+  bytes_seconds = scaling_analysis.communication_seconds(gradient_bytes, busbw, 2)
+  communication = statistics.median(two["synced_tiny"] - two["plain_tiny"] for two in twos)
+  latency = max(0.0, communication - bytes_seconds)
+  two_step = statistics.median(two["synced"] for two in twos)
+  predictions = scaling_analysis.predict(compute, gradient_bytes, busbw, REPLICAS, latency)
+  # Here the 2 workers share one machine: the same model, co-located compute.
+  predicted = compute / (colocated + latency + bytes_seconds)
+  efficiencies = [one["synced"] / two["synced"] for one, two in pairs]
   measured = statistics.median(efficiencies)
-  predicted = predictions[1].efficiency
   error = abs(predicted - measured) / measured
-  print(f"\nmodel {_MODEL.value}: {gradient_bytes / 2**20:.2f} MB of gradients, "
-        f"{1000 * compute:.1f} ms per step on 1 worker (batch {_BATCH_SIZE.value}), "
-        f"all-reduce bus bandwidth {busbw / 1e9:.3f} GB/s at that size between 2 workers; "
-        f"medians of {len(pairs)} alternated 1- and 2-worker runs"
-        + (" (float16 on the wire, counted in float32 bytes)" if _COMPRESS_GRADIENTS.value else ""))
-  print(f"{'replicas':>8} {'step ms':>8} {'efficiency':>11}")
+  fp16 = " (float16 on the wire, counted in float32 bytes)" if _COMPRESS_GRADIENTS.value else ""
+  print(f"\nmodel {_MODEL.value}, batch {_BATCH_SIZE.value} per replica; medians of "
+        f"{len(pairs)} alternated 1- and 2-worker runs:\n"
+        f"  compute         {1000 * compute:8.1f} ms per step on 1 worker\n"
+        f"  co-located      {1000 * colocated:8.1f} ms per step, 2 workers computing at once on "
+        f"this machine ({slowdown - 1:+.0%} for a plain copy of the model: shared caches and memory)\n"
+        f"  gradients       {gradient_bytes / 2**20:8.2f} MB; all-reduce bus bandwidth "
+        f"{busbw / 1e9:.3f} GB/s{fp16}: {1000 * bytes_seconds:.1f} ms per step on 2 workers\n"
+        f"  latency         {1000 * latency:8.1f} ms per step on 2 workers (communication at "
+        f"batch 1, {1000 * communication:.1f} ms, less the bytes)")
+  print(f"\npredicted on separate machines (α-β model):\n"
+        f"{'replicas':>8} {'step ms':>8} {'efficiency':>11}")
   for p in predictions:
-    note = f"   measured {measured:.0%}, prediction off by {error:.0%}" if p.replicas == 2 else ""
-    print(f"{p.replicas:>8} {1000 * p.step_seconds:>8.1f} {p.efficiency:>10.0%}{note}")
+    print(f"{p.replicas:>8} {1000 * p.step_seconds:>8.1f} {p.efficiency:>10.0%}")
+  print(f"\n2 workers on this machine: predicted {predicted:.0%}, measured {measured:.0%} "
+        f"({1000 * two_step:.1f} ms per step; pairs: "
+        f"{', '.join(f'{e:.0%}' for e in efficiencies)}); prediction off by {error:.0%}")
   print("\n" + scaling_analysis.advice(compute, gradient_bytes, busbw, measured,
-                                              compressed=_COMPRESS_GRADIENTS.value))
+                                              compressed=_COMPRESS_GRADIENTS.value,
+                                              latency_seconds=latency))
   if _PLOT.value:
     try:
       path = scaling_analysis.plot(
@@ -86,7 +116,9 @@ def main(argv):
       print(f"no curve: {e}")
   if _OUTPUT.value:
     with open(_OUTPUT.value, "w") as f:
-      json.dump({"compute_seconds": compute, "gradient_bytes": gradient_bytes, "busbw": busbw,
+      json.dump({"compute_seconds": compute, "colocated_seconds": colocated,
+                 "two_worker_seconds": two_step, "batch_size": _BATCH_SIZE.value,
+                 "latency_seconds": latency, "gradient_bytes": gradient_bytes, "busbw": busbw,
                  "measured_efficiency_2": measured,
                  "measured_efficiency_2_per_pair": efficiencies,
                  "predicted_efficiency_2": predicted,
@@ -117,12 +149,9 @@ def _measure(workers: int):
 
 
 def _model_fn():
-  if _MODEL.value == "cnn":
-    from tfdist import training
-    return training.small_cnn
-  if _MODEL.value == "mlp":
+  if _MODEL.value in ("cnn", "convnet", "mlp"):
     from tfdist import bench
-    return bench.mlp
+    return bench.MODELS[_MODEL.value][0]
   from tfdist import user_code
   return user_code.function(user_code.load_module(_MODEL.value, "model"), "model_fn", "model")
 
@@ -146,44 +175,69 @@ def _worker() -> int:
   from tfdist import bench
   from tfdist import gradient_compression
   from tfdist import keras
+  from tfdist import keras_support
   from tfdist import strategies
   rng = np.random.default_rng(spec.task.index)
-  batch = _BATCH_SIZE.value
+  model_fn = _model_fn()
 
-  def step_seconds(model_fn):
-    """Median seconds per fit step of the model on random data of its shapes."""
-    with strategy.scope():
-      model = model_fn()
-      if model.optimizer is None:
-        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+  def compiled(distributed: bool):
+    model = model_fn()
+    if model.optimizer is None:
+      model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    if distributed:
       if _COMPRESS_GRADIENTS.value:
         gradient_compression.compress_gradients(model.optimizer)
+      keras_support.set_distribute_reduction_method(model, strategy)
+    return model
+
+  def fit_timer(model, batch: int, distributed: bool):
+    """A function timing one fit of the model on random data of its shapes: seconds/step."""
     x = rng.random((batch * 8,) + tuple(model.input_shape[1:])).astype("float32")
     y = rng.random((batch * 8,) + tuple(model.output_shape[1:])).astype("float32")
-    dataset = strategy.distribute_datasets_from_function(
-        lambda context: tf.data.Dataset.from_tensor_slices((x, y)).batch(batch).repeat())
-
+    make = lambda context=None: tf.data.Dataset.from_tensor_slices((x, y)).batch(batch).repeat()
+    dataset = strategy.distribute_datasets_from_function(make) if distributed else make()
     clock = bench.EpochClock()
 
     def timed_fit() -> float:
       model.fit(dataset, epochs=1, steps_per_epoch=_STEPS.value, verbose=0, callbacks=[clock])
       return clock.seconds["wall"] / _STEPS.value
+    return timed_fit
 
-    timed_fit()  # Tracing.
-    return model, statistics.median(timed_fit() for _ in range(_REPEATS.value))
+  with strategy.scope():
+    model = compiled(distributed=True)
+  # The same model with no strategy: the same compute, nothing to synchronise.
+  # Alone (1 worker) against 2 at once, it shows what sharing the machine costs.
+  plain = compiled(distributed=False)
+  timers = {"synced": fit_timer(model, _BATCH_SIZE.value, distributed=True),
+            "plain": fit_timer(plain, _BATCH_SIZE.value, distributed=False)}
+  if spec.num_workers > 1:
+    timers["synced_tiny"] = fit_timer(model, 1, distributed=True)
+    timers["plain_tiny"] = fit_timer(plain, 1, distributed=False)
 
-  model, step = step_seconds(_model_fn())
-  gradient_bytes = sum(int(np.prod(v.shape)) * v.dtype.size for v in model.trainable_variables)
-  busbw = None
-  if spec.num_workers > 1:  # At the gradients' size, latency included.
-    # The model's own gradient tensors, sent as its training step sends them.
+  @tf.function
+  def barrier():
+    # Every worker starts each timed fit together, the unsynchronised ones too.
+    one = lambda: tf.distribute.get_replica_context().all_reduce("sum", tf.identity(1.0))
+    return strategy.run(one)
+
+  seconds = {name: [] for name in timers}
+  for _ in range(_REPEATS.value + 1):  # The first round traces and warms up.
+    for name, timed_fit in timers.items():
+      barrier()
+      seconds[name].append(timed_fit())
+  result = {name: statistics.median(times[1:]) for name, times in seconds.items()}
+  result["gradient_bytes"] = sum(int(np.prod(v.shape)) * v.dtype.size
+                                 for v in model.trainable_variables)
+  if spec.num_workers > 1:
+    # Bandwidth where latency no longer counts: at least 16 MB, in the
+    # model's packs, float16 on the wire if the model compresses.
+    size = max(result["gradient_bytes"], 16 * bench.MB)
     variant = bench.AllReduceVariant("model", strategies.BYTES_PER_PACK,
                                      "float16" if _COMPRESS_GRADIENTS.value else "float32")
-    seconds = bench.all_reduce_seconds(
-        strategy, [int(np.prod(v.shape)) * v.dtype.size for v in model.trainable_variables],
-        [variant], repeats=max(10, _REPEATS.value))["model"]
-    busbw = bench.bus_bandwidth(gradient_bytes, seconds, spec.num_workers)["busbw"]
+    all_reduce = bench.all_reduce_seconds(strategy, bench.gradient_sizes(size), [variant],
+                                          repeats=max(5, _REPEATS.value))["model"]
+    result["busbw"] = bench.bus_bandwidth(size, all_reduce, spec.num_workers)["busbw"]
   if spec.task.index == 0 and _WORKER_RESULT.value:
     with open(_WORKER_RESULT.value, "w") as f:
-      json.dump({"step_seconds": step, "gradient_bytes": gradient_bytes, "busbw": busbw}, f)
+      json.dump(result, f)
   return 0
