@@ -102,6 +102,13 @@ def refuse_keras3(strategy_name: str, reason: str) -> None:
       f"Received: a Keras {keras.__version__} model under {strategy_name}")
 
 
+def is_multi_worker_mirrored(strategy) -> bool:
+  """Whether `strategy` is MultiWorkerMirroredStrategy over 2 or more workers."""
+  import tensorflow as tf  # Not at the top: importing tfdist must not load TF.
+  return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and \
+      cluster_lib.count_workers(strategy.cluster_resolver.cluster_spec().as_dict()) > 1
+
+
 def set_distribute_reduction_method(model, strategy) -> str:
   """Reports a multi-worker step's metrics without one more all-reduce per step.
 
@@ -117,11 +124,9 @@ def set_distribute_reduction_method(model, strategy) -> str:
   Returns:
     The model's `distribute_reduction_method` afterwards.
   """
-  import tensorflow as tf  # Not at the top: importing tfdist must not load TF or Keras.
-  import tf_keras
-  multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and \
-      cluster_lib.count_workers(strategy.cluster_resolver.cluster_spec().as_dict()) > 1
+  import tf_keras  # Not at the top: importing tfdist must not load TF or Keras.
   own_step = type(model).train_step is tf_keras.Model.train_step
-  if multi_worker and own_step and model.distribute_reduction_method == "auto":
+  if is_multi_worker_mirrored(strategy) and own_step \
+      and model.distribute_reduction_method == "auto":
     model.distribute_reduction_method = "first"
   return model.distribute_reduction_method

@@ -68,9 +68,8 @@ def advice(compute_seconds: float, gradient_bytes: float, busbw: float,
   """
   bytes_bound = communication_seconds(gradient_bytes, busbw, 2) >= latency_seconds
   fp16 = " or fp16 gradients (compress_gradients)" if bytes_bound and not compressed else ""
-  two, limit = predict(compute_seconds, gradient_bytes, busbw, [2, 64], latency_seconds)
-  two = two.efficiency
-  limit = limit.efficiency
+  two, limit = (p.efficiency for p in
+                predict(compute_seconds, gradient_bytes, busbw, [2, 64], latency_seconds))
   comm = latency_seconds + communication_seconds(gradient_bytes, busbw, 2)
   size = f"gradients are {_size(gradient_bytes)} per step"
   efficiency = two if measured_efficiency is None else measured_efficiency

@@ -259,9 +259,8 @@ class MultiWorkerMirroredStrategy(_RefusesKeras3, tf.distribute.MultiWorkerMirro
   _tfdist_name = "multi_worker_mirrored"
 
   def _keras3_failure(self):
-    num_workers = cluster_lib.count_workers(self.cluster_resolver.cluster_spec().as_dict())
     return keras_support.SUPPORT[(keras_support.KERAS3, "multi_worker_mirrored (2+ workers)")] \
-        if num_workers > 1 else None
+        if keras_support.is_multi_worker_mirrored(self) else None
 
 
 class ParameterServerStrategy(_RefusesKeras3, tf.distribute.ParameterServerStrategy):

@@ -80,7 +80,8 @@ def main(argv):
   two_step = statistics.median(two["synced"] for two in twos)
   predictions = scaling_analysis.predict(compute, gradient_bytes, busbw, REPLICAS, latency)
   # Here the 2 workers share one machine: the same model, co-located compute.
-  predicted = compute / (colocated + latency + bytes_seconds)
+  here = scaling_analysis.predict(colocated, gradient_bytes, busbw, [2], latency)[0]
+  predicted = compute / here.step_seconds
   efficiencies = [one["synced"] / two["synced"] for one, two in pairs]
   measured = statistics.median(efficiencies)
   error = abs(predicted - measured) / measured
