@@ -77,11 +77,44 @@ def test_from_files_interleaves_every_file(tmp_path):
     data.from_files(str(tmp_path / "nothing*"))
 
 
-def test_augment_images_is_stateless_and_parallel_safe():
+def _crops(dataset):
+  return np.concatenate([images for images, _ in dataset.as_numpy_iterator()])
+
+
+def test_augment_seed_repeats_across_runs_and_changes_across_epochs():
   images = np.random.default_rng(0).random((6, 10, 10, 3)).astype("float32")
-  ds = data.augment_images(data.from_tensors(images, np.arange(6)), crop_size=(8, 8), seed=3)
-  first = [x.numpy() for x, _ in ds]
-  again = [x.numpy() for x, _ in ds]
-  assert first[0].shape == (8, 8, 3)
-  np.testing.assert_array_equal(np.stack(first), np.stack(again))  # Reproducible.
-  assert not np.array_equal(first[0], first[1][:, :, :])  # Each element its own seed.
+
+  def pipeline(seed):
+    return data.build(data.from_tensors(images, np.arange(6)), batch_size=3,
+                      augment=data.random_crop_and_flip((8, 8)), augment_seed=seed)
+
+  ds = pipeline(3)
+  epoch1, epoch2 = _crops(ds), _crops(ds)
+  assert epoch1.shape == (6, 8, 8, 3)
+  np.testing.assert_array_equal(epoch1, _crops(pipeline(3)))  # A rerun: the same crops.
+  assert not np.array_equal(epoch1, epoch2)  # A new epoch: new crops.
+  assert not np.array_equal(epoch1, _crops(pipeline(4)))
+  # Each crop is a window of its own image.
+  for crop, image in zip(epoch1, images):
+    windows = [image[i:i + 8, j:j + 8] for i in range(3) for j in range(3)]
+    assert any(np.array_equal(crop, w) or np.array_equal(crop, w[:, ::-1]) for w in windows)
+
+
+def test_augment_seed_with_repeat_gives_each_epoch_new_crops():
+  images = np.random.default_rng(0).random((4, 10, 10, 3)).astype("float32")
+  ds = data.build(data.from_tensors(images, np.arange(4)), batch_size=4, repeat=True,
+                  augment=data.random_crop_and_flip((8, 8)), augment_seed=0)
+  batches = iter(ds)
+  first, second = next(batches)[0].numpy(), next(batches)[0].numpy()
+  assert not np.array_equal(first, second)
+
+
+def test_augment_seed_without_augment_is_an_error():
+  with pytest.raises(ValueError, match=r"`augment` is not set. Received: augment_seed=3"):
+    data.build(data.from_tensors(np.arange(4)), batch_size=2, augment_seed=3)
+
+
+@pytest.mark.parametrize("crop_size", [(8,), (8, 0), (8.0, 8)])
+def test_random_crop_and_flip_rejects_a_bad_crop_size(crop_size):
+  with pytest.raises(ValueError, match=r"`crop_size` must be \(height, width\).*Received: "):
+    data.random_crop_and_flip(crop_size)
