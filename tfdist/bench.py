@@ -63,10 +63,11 @@ def interleaved_ratio(a: Callable[[], Dict[str, float]], b: Callable[[], Dict[st
   for pair in range(repeats):
     if pair % 2:
       tb = b()
-      samples.append((a(), tb))
+      ta = a()
     else:
       ta = a()
-      samples.append((ta, b()))
+      tb = b()
+    samples.append((ta, tb))
   return {clock: {"ratio": statistics.median(tb[clock] / ta[clock] for ta, tb in samples),
                   "a_ms": 1000 * statistics.median(ta[clock] for ta, _ in samples),
                   "b_ms": 1000 * statistics.median(tb[clock] for _, tb in samples)}
