@@ -114,6 +114,41 @@ def test_augment_seed_without_augment_is_an_error():
     data.build(data.from_tensors(np.arange(4)), batch_size=2, augment_seed=3)
 
 
+def _jpeg(height, width, chroma_downsampling):
+  rows, cols = np.mgrid[:height, :width]
+  image = np.stack([rows * 4, cols * 3, (rows * cols) % 256], -1).astype("uint8")
+  return tf.io.encode_jpeg(image, chroma_downsampling=chroma_downsampling).numpy()
+
+
+@pytest.mark.parametrize("chroma_downsampling", [False, True])
+def test_random_crop_and_flip_decodes_only_the_window_of_a_jpeg(chroma_downsampling):
+  jpegs = [_jpeg(40, 60, chroma_downsampling), _jpeg(33, 47, chroma_downsampling)]
+  decoded = [tf.io.decode_jpeg(j, channels=3) for j in jpegs]
+  augment = data.random_crop_and_flip((24, 32))
+  # With subsampled colour, the window's edge columns are coloured without
+  # their outside neighbours; every other pixel is the full decode's.
+  columns = slice(1, -1) if chroma_downsampling else slice(None)
+  for seed in range(20):
+    seed = tf.constant([seed, 5], tf.int64)
+    for jpeg, image in zip(jpegs, decoded):
+      from_jpeg, label = augment((tf.constant(jpeg), 7), seed)
+      from_image, _ = augment((image, 7), seed)
+      assert from_jpeg.shape == (24, 32, 3) and label == 7
+      np.testing.assert_array_equal(from_jpeg[:, columns], from_image[:, columns])
+  # In a pipeline, batches keep a static shape for the model.
+  ds = data.build(data.from_tensors(jpegs, [0, 1]), batch_size=2, augment=augment,
+                  augment_seed=0)
+  assert ds.element_spec[0].shape == (2, 24, 32, 3)
+
+
+def test_random_crop_and_flip_names_an_image_smaller_than_the_crop():
+  ds = data.build(data.from_tensors(np.zeros((2, 10, 30, 3), "float32"), [0, 1]),
+                  batch_size=2, augment=data.random_crop_and_flip((16, 16)), augment_seed=0)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"smaller than `crop_size` \(16, 16\); resize it first.*Received"):
+    next(iter(ds))
+
+
 @pytest.mark.parametrize("crop_size", [(8,), (8, 0), (8.0, 8)])
 def test_random_crop_and_flip_rejects_a_bad_crop_size(crop_size):
   with pytest.raises(ValueError, match=r"`crop_size` must be \(height, width\).*Received: "):

@@ -21,11 +21,15 @@ def test_writes_one_key_per_ratio(tmp_path):
                        timeout=300)
   assert result.returncode == 0, result.stdout[-3000:]
   written = json.loads(out.read_text())
-  assert set(written["image_per_second"]) == {"naive", "tf defaults", "autotune", "tfdist",
-                                              "tfdist, stateful map", *HAND_TUNED}
+  variants = {"naive", "tf defaults", "autotune", "tfdist", "tfdist, stateful map",
+              "tfdist, crop in decode", *HAND_TUNED}
+  assert set(written["image_per_second"]) == variants
+  assert set(written["image_cores_busy"]) == variants
+  assert all(0 < cores <= os.cpu_count() + 0.5 for cores in written["image_cores_busy"].values())
   ratios = {"image_tf_defaults_vs_naive", "image_autotune_vs_naive", "image_tfdist_vs_naive",
             "image_tfdist_vs_best_hand_tuned", "image_tfdist_vs_autotune",
             "image_tfdist_stateful_map_vs_best_hand_tuned", "image_tfdist_stateful_map_vs_naive",
+            "image_tfdist_crop_in_decode_vs_best_hand_tuned",
             "cheap_tfdist_vs_naive",
             *(f"image_{name.replace('-', '_').replace(' ', '_').replace('/', '_')}_vs_naive"
               for name in HAND_TUNED)}
