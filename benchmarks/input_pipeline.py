@@ -17,7 +17,7 @@ rounds, it would be whichever setting had the lucky runs.
 - cheap: `x + 1` on scalars, batch 1024 (per element, or per batch), each pass
   about 2 s long;
 - input wait: the share of a small CNN's step spent waiting for data when fed
-  by the tfdist pipeline (tfdist.input_report).
+  by the tfdist pipeline (tfdist.data.input_report).
 
 Prints images/s and ratios and writes one JSON key per ratio. Not a test: it
 never fails on speed.
@@ -129,19 +129,15 @@ def measure(variants, counts, repeats):
   """Elements/s and cores busy, per variant and repeat, interleaved.
 
   `counts[name]` is the number of elements in a pass of that variant. Each
-  variant has one warm-up pass first. Odd repeats run the variants in reverse
-  order, so a variant does not always follow the same one and a steady drift
-  cancels out.
+  variant has one warm-up pass first; odd repeats run in reverse order
+  (tfdist.bench.harness.interleave, the harness every tfdist benchmark uses).
   """
-  for name, make in variants.items():
-    _pass(make, counts[name])
-  names = list(variants)
-  rates, cores = {name: [] for name in names}, {name: [] for name in names}
-  for repeat in range(repeats):
-    for name in (names if repeat % 2 == 0 else names[::-1]):
-      rate, busy = _pass(variants[name], counts[name])
-      rates[name].append(rate)
-      cores[name].append(busy)
+  from tfdist.bench import harness
+  passes = harness.interleave(
+      {name: (lambda make=make, count=counts[name]: _pass(make, count))
+       for name, make in variants.items()}, repeats, warmup=True)
+  rates = {name: [rate for rate, _ in runs] for name, runs in passes.items()}
+  cores = {name: [busy for _, busy in runs] for name, runs in passes.items()}
   return rates, cores
 
 
@@ -152,8 +148,9 @@ def ratio(rates, a, b):
 
 def cnn_input_wait(tf):
   import tfdist
-  from tfdist import data, datasets, distributed_input, input_report, keras
-  (x, y), _ = datasets.load_digits()
+  from tfdist import data, keras
+  from tfdist.data import digits, distributed_input, input_report
+  (x, y), _ = digits.load_digits()
 
   def dataset_fn(context):
     return data.build(data.from_tensors(x, y), batch_size=64, cache="memory",

@@ -1,12 +1,10 @@
-"""tfdist.devices: logical devices, placement, and layers placed on devices."""
+"""tfdist.devices: logical devices, memory growth, placement contexts."""
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
 import helpers
 from tfdist import devices
-from tfdist import keras
 
 
 def test_conftest_split_the_cpu_in_two():
@@ -91,81 +89,3 @@ def test_log_device_placement_logs():
                        env={"TF_CPP_MIN_LOG_LEVEL": "0"})
   assert "Executing op AddV2 in device /job:localhost/replica:0/task:0/device:CPU:0" \
       in result.stdout, result.stdout[-2000:]
-
-
-def test_split_layers():
-  assert devices.split_layers(5, 2) == [range(0, 3), range(3, 5)]
-  assert devices.split_layers(4, 4) == [range(i, i + 1) for i in range(4)]
-  with pytest.raises(ValueError, match=r"at least one layer per device: 1 layer\(s\) on 2"):
-    devices.split_layers(1, 2)
-
-
-class TestModelParallel:
-
-  def build(self):
-    model = keras.Sequential([keras.Input((8,)),
-                              keras.layers.Dense(16, activation="relu", name="first"),
-                              keras.layers.Dense(16, activation="relu", name="second"),
-                              keras.layers.Dense(1, name="third")])
-    return devices.place_layers(model, ["/cpu:0", "/cpu:1"])
-
-  def test_variables_live_on_their_block_device(self):
-    placed = self.build()
-    placed.build((None, 8))
-    assert placed.placement() == {"/cpu:0": ["first", "second"], "/cpu:1": ["third"]}
-    for layer, device in [("first", "CPU:0"), ("second", "CPU:0"), ("third", "CPU:1")]:
-      for variable in next(l for l in placed.placed_layers if l.name == layer).weights:
-        assert variable.device.endswith(device), (layer, variable.device)
-
-  def test_ops_run_on_their_block_device(self):
-    placed = self.build()
-    placed.build((None, 8))
-    graph = tf.function(placed).get_concrete_function(tf.TensorSpec((4, 8))).graph
-    matmuls = {op.name.split("/")[-2]: op.device for op in graph.get_operations()
-               if op.type == "MatMul"}
-    assert matmuls["first"].endswith("CPU:0") and matmuls["second"].endswith("CPU:0")
-    assert matmuls["third"].endswith("CPU:1")
-
-  def test_trains_like_the_unplaced_model(self):
-    x = np.random.default_rng(0).random((128, 8)).astype("float32")
-    y = x.sum(axis=1, keepdims=True)
-    placed = self.build()
-    placed.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    history = placed.fit(x, y, batch_size=32, epochs=10, verbose=0)
-    assert history.history["loss"][-1] < 0.2 * history.history["loss"][0]
-
-  def test_keeps_the_weights_of_a_built_model(self):
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(1)])
-    x = np.random.default_rng(0).random((4, 8)).astype("float32")
-    placed = devices.place_layers(model, ["/cpu:0", "/cpu:1"])
-    np.testing.assert_allclose(placed(x).numpy(), model(x).numpy(), rtol=1e-6)
-    assert placed.placed_layers[1].kernel.device.endswith("CPU:1")
-
-  def test_micro_batches_compute_the_same_outputs_and_gradients(self):
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(1)])
-    x = np.random.default_rng(0).random((7, 8)).astype("float32")  # 7 = 2 + 2 + 3.
-    whole = devices.place_layers(model, ["/cpu:0", "/cpu:1"])
-    piped = devices.place_layers(model, ["/cpu:0", "/cpu:1"], micro_batches=3)
-
-    def gradients(placed):
-      with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(tf.function(placed)(x) ** 2)
-      return tape.gradient(loss, placed.trainable_variables)
-
-    np.testing.assert_allclose(piped(x).numpy(), whole(x).numpy(), rtol=1e-6)
-    for a, b in zip(gradients(piped), gradients(whole)):
-      np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5)
-    with pytest.raises(ValueError, match=r"`micro_batches` must be an integer >= 1. "
-                       r"Received: 0"):
-      devices.place_layers(model, ["/cpu:0"], micro_batches=0)
-
-  def test_refuses_built_layers(self):
-    layer = keras.layers.Dense(2)
-    layer.build((None, 3))
-    with pytest.raises(ValueError, match=r"needs unbuilt layers.*Received: built layers"):
-      devices.PlacedSequential([layer], ["/cpu:0"])
-
-  def test_needs_a_sequential(self):
-    with pytest.raises(TypeError, match=r"takes a tfdist.keras.Sequential model. Received: "
-                       r"builtins.str"):
-      devices.place_layers("model", ["/cpu:0"])

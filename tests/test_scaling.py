@@ -61,3 +61,8 @@ def test_warm_up_trains_and_serializes():
   x = np.random.default_rng(0).random((64, 2)).astype("float32")
   history = model.fit(x, x.sum(1), epochs=5, verbose=0)
   assert history.history["loss"][-1] < history.history["loss"][0]
+
+
+def test_steps_per_execution_amortises_only_with_replicas():
+  assert scaling.steps_per_execution(tfdist.make_strategy("mirrored")) == 10
+  assert scaling.steps_per_execution(tfdist.make_strategy("one_device")) == 1

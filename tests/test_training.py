@@ -1,18 +1,18 @@
 """tfdist.training: the default job trains under a strategy and reports numbers."""
 
 import numpy as np
+import tensorflow as tf
 
-import tfdist
-from tfdist import datasets
 from tfdist import training
+from tfdist.data import digits
 
 
 def test_embedded_digits_split_is_fixed_and_real():
-  (x_train, y_train), (x_test, y_test) = datasets.load_digits()
+  (x_train, y_train), (x_test, y_test) = digits.load_digits()
   assert x_train.shape == (1437, 8, 8, 1) and x_test.shape == (360, 8, 8, 1)
   assert 0.0 <= x_train.min() and x_train.max() == 1.0
   assert set(np.unique(y_train)) == set(range(10))
-  (again, _), _ = datasets.load_digits()
+  (again, _), _ = digits.load_digits()
   np.testing.assert_array_equal(x_train, again)
 
 
@@ -32,7 +32,7 @@ def test_dataset_fn_shards_by_input_pipeline():
   fn = training.make_dataset_fn(images, labels, global_batch_size=4, seed=0)
   seen = []
   for pipeline in range(2):
-    context = tfdist.strategies.tf.distribute.InputContext(
+    context = tf.distribute.InputContext(
         num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=2)
     batch = next(iter(fn(context)))
     assert batch[0].shape == (2, 1)  # Per-replica batch: 4 / 2.

@@ -14,6 +14,10 @@ tf_keras (see `keras_support`). TensorFlow loads on first use of an attribute.
 """
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
 
 from tfdist import keras_support as _keras_support
 
@@ -39,8 +43,9 @@ _EXPORTS = {
     "devices": ("tfdist.devices", None),
     "strategies": ("tfdist.strategies", None),
     "scaling": ("tfdist.scaling", None),
-    "datasets": ("tfdist.datasets", None),
+    "datasets": ("tfdist.data.digits", None),
     "launch": ("tfdist.launch", None),
+    "placement": ("tfdist.placement", None),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -59,3 +64,42 @@ def __getattr__(name):
 
 def __dir__():
   return __all__
+
+
+# Modules that moved in 0.2 (README, "What moved"): the old import paths keep
+# working for one release, with a DeprecationWarning naming the new one.
+MOVED_MODULES = {
+    "tfdist.preflight": "tfdist.cluster.preflight",
+    "tfdist.slurm": "tfdist.cluster.slurm",
+    "tfdist.sbatch": "tfdist.launch.slurm",
+    "tfdist.kubernetes": "tfdist.launch.kubernetes",
+    "tfdist.private_network": "tfdist.launch.private_network",
+    "tfdist.scaling_analysis": "tfdist.bench.scaling_model",
+    "tfdist.user_code": "tfdist.cli.user_code",
+    "tfdist.datasets": "tfdist.data.digits",
+    "tfdist.tfds_digits": "tfdist.data.tfds_digits",
+    "tfdist.distributed_input": "tfdist.data.distributed_input",
+    "tfdist.input_report": "tfdist.data.input_report",
+}
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+  """Imports an old module path as the module it moved to, with a warning."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    if fullname not in MOVED_MODULES:
+      return None
+    return importlib.util.spec_from_loader(fullname, self)
+
+  def create_module(self, spec):
+    new = MOVED_MODULES[spec.name]
+    warnings.warn(f"{spec.name} moved to {new}; the old path goes away in the next "
+                  "release.", DeprecationWarning, stacklevel=2)
+    return importlib.import_module(new)
+
+  def exec_module(self, module):
+    pass  # Already executed under its new name.
+
+
+if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
+  sys.meta_path.append(_MovedModuleFinder())

@@ -12,7 +12,7 @@ from typing import List, Mapping, Optional, Tuple
 
 from tfdist import cluster as cluster_lib
 from tfdist import keras_support
-from tfdist import preflight
+from tfdist.cluster import preflight
 
 
 @dataclasses.dataclass

@@ -22,7 +22,7 @@ LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 KERAS3 = "keras3"
 TF_KERAS = "tf_keras"
 
-# Measured on TF 2.21 / Keras 3.15 / tf_keras 2.21 (../shared/FACTS.md) and asserted
+# Measured on TF 2.21 / Keras 3.15 / tf_keras 2.21 (docs/known_issues.md) and asserted
 # by tests/test_keras_support.py. (keras flavour, strategy) -> reason it fails, or None.
 _MWMS_ISSUE = ("Keras 3 cannot fit under multi-worker MultiWorkerMirroredStrategy: "
                "it fails converting PerReplica values (keras-team/keras#20585)")

@@ -1,4 +1,4 @@
-"""Batch size and learning-rate scaling across replicas.
+"""Batch size, learning-rate and steps-per-call scaling across replicas.
 
 With N replicas, each step consumes N per-replica batches, so the global batch
 is N times larger and gradients are averaged over N times more examples. The
@@ -142,3 +142,15 @@ def scaled_learning_rate(base_learning_rate: float, num_replicas: StrategyOrCoun
   if not warmup_steps:
     return target
   return WarmUp(base_learning_rate, target=target, warmup_steps=warmup_steps)
+
+
+def steps_per_execution(strategy: tf.distribute.Strategy) -> int:
+  """How many steps Keras should run per call under `strategy`.
+
+  Every call of Keras's train function pays the strategy's fixed cost (about
+  1-2 ms on a CPU: dispatch to each replica, gathering the results), which
+  dwarfs a small model's step. Running several steps per call pays it once for
+  all of them: `model.compile(..., steps_per_execution=steps_per_execution(s))`.
+  One replica has little to amortise.
+  """
+  return 1 if strategy.num_replicas_in_sync == 1 else 10

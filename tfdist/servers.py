@@ -15,7 +15,7 @@ from tfdist import cluster as cluster_lib
 def server_config(num_workers: int) -> "tf.compat.v1.ConfigProto":
   """The session config every in-process server needs.
 
-  Measured on 2 cores (FACTS.md): with TF's default inter-op pool, a chief + N
+  Measured on 2 cores (docs/known_issues.md): with TF's default inter-op pool, a chief + N
   workers + ps in one process deadlock, because each worker's ops block
   waiting on inter-op threads that the other servers hold. N + 1 threads suffice.
   """

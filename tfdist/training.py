@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import hashlib
 import os
-import time
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
@@ -19,13 +18,14 @@ import tf_keras as keras
 
 from tfdist import checkpointing
 from tfdist import data
-from tfdist import datasets
-from tfdist import distributed_input
 from tfdist import gradient_compression
-from tfdist import input_report
 from tfdist import keras_support
 from tfdist import scaling
 from tfdist import strategies
+from tfdist.bench import clock
+from tfdist.data import digits
+from tfdist.data import distributed_input
+from tfdist.data import input_report
 
 MODEL_FILE = "model.keras"
 
@@ -73,12 +73,12 @@ class TrainResult:
 def small_cnn() -> keras.Model:
   """The default model: a small CNN for 8x8x1 digits (about 6k parameters)."""
   return keras.Sequential([
-      keras.layers.Input(datasets.IMAGE_SHAPE),
+      keras.layers.Input(digits.IMAGE_SHAPE),
       keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
       keras.layers.MaxPooling2D(),
       keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
       keras.layers.GlobalAveragePooling2D(),
-      keras.layers.Dense(datasets.NUM_CLASSES),
+      keras.layers.Dense(digits.NUM_CLASSES),
   ], name="small_cnn")
 
 
@@ -98,20 +98,6 @@ def make_dataset_fn(images: np.ndarray, labels: np.ndarray, global_batch_size: i
   return dataset_fn
 
 
-class _EpochTimer(keras.callbacks.Callback):
-  """Wall time of every epoch; the first one includes tracing and is left out."""
-
-  def __init__(self):
-    super().__init__()
-    self.times: List[float] = []
-
-  def on_epoch_begin(self, epoch, logs=None):
-    self._start = time.perf_counter()
-
-  def on_epoch_end(self, epoch, logs=None):
-    self.times.append(time.perf_counter() - self._start)
-
-
 def _finite_steps(dataset_fn) -> int:
   """Steps per epoch of a finite dataset, counted from one whole-batch pipeline."""
   dataset = dataset_fn(tf.distribute.InputContext())
@@ -119,7 +105,8 @@ def _finite_steps(dataset_fn) -> int:
   if steps == tf.data.UNKNOWN_CARDINALITY:
     steps = int(dataset.reduce(0, lambda count, _: count + 1))
   if steps <= 0:
-    raise ValueError("Set STEPS_PER_EPOCH in the --data module: its dataset_fn repeats "
+    raise ValueError("Give the steps per epoch (TrainConfig.steps_per_epoch; STEPS_PER_EPOCH "
+                     "in a `tfdist train --data` module): the dataset_fn repeats "
                      "forever or is empty, so an epoch has no end. Received: "
                      f"{'infinite' if steps == tf.data.INFINITE_CARDINALITY else steps} steps")
   return steps
@@ -152,7 +139,7 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
     strategy = strategies.make_strategy(config.strategy, **config.strategy_options)
   keras.utils.set_random_seed(config.seed)
   replicas = strategy.num_replicas_in_sync
-  (x_train, y_train), (x_test, y_test) = datasets.load_digits()
+  (x_train, y_train), (x_test, y_test) = digits.load_digits()
   if config.dataset_fn is None:
     dataset_fn = make_dataset_fn(x_train, y_train, config.batch_size, config.seed)
     steps_per_epoch = len(x_train) // config.batch_size
@@ -180,7 +167,7 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
     if config.compress_gradients:
       gradient_compression.compress_gradients(model.optimizer)
     keras_support.set_distribute_reduction_method(model, strategy)
-  timer = _EpochTimer()
+  timer = clock.EpochClock()
   report = input_report.InputBoundReport(dataset_fn, verbose=config.verbose > 0)
   callbacks = [timer, report]
   if config.checkpoint_dir:
@@ -202,7 +189,8 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
     accuracy = float(np.mean(np.argmax(logits, axis=1) == y_test))
   else:  # No held-out split of the user's data here: the last epoch's.
     accuracy = float(history.history.get("accuracy", [float("nan")])[-1])
-  timed = timer.times[1:] or timer.times
+  times = timer.wall_times()
+  timed = times[1:] or times  # The first epoch includes tracing.
   seconds_per_epoch = float(np.median(timed))
   return TrainResult(
       strategy=config.strategy, replicas=replicas,

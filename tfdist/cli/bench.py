@@ -27,6 +27,8 @@ import tempfile
 
 from absl import flags
 
+from tfdist.cli import self_launch
+
 _ALL_SUITES = ["overhead", "small_model", "allreduce", "scaling"]
 _SUITES = flags.DEFINE_multi_enum("suites", _ALL_SUITES, _ALL_SUITES, "What to measure.")
 _REPEATS = flags.DEFINE_integer("repeats", 21, "Interleaved repeats per comparison.",
@@ -50,20 +52,21 @@ def _check_scale_models(entries) -> bool:
 _SCALE_STEPS = flags.DEFINE_integer("scale_steps", 15, "scaling: steps per timed fit.",
                                     lower_bound=5)
 _OUTPUT = flags.DEFINE_string("output", None, "Write the results as JSON here.")
-_WORKER_RESULT = flags.DEFINE_string("worker_result", None, "Internal: the all-reduce "
-                                     "worker writes its rows here.")
+_WORKER_RESULT = flags.DEFINE_string(self_launch.RESULT_FLAG, None, "Internal: the "
+                                     "all-reduce worker writes its rows here.")
 
 
 def main(argv):
   del argv
-  if os.environ.get("TF_CONFIG"):
+  if self_launch.in_cluster():
     return _all_reduce_worker()
   from tfdist import devices
   devices.split_physical_device(2)  # Before TensorFlow starts: two "GPUs".
-  from tfdist import bench
+  from tfdist.bench import clock
+  from tfdist.bench import overhead
   results = {}
   if "overhead" in _SUITES.value:
-    rows = bench.strategy_overhead(["one_device", "mirrored", "central_storage"],
+    rows = overhead.strategy_overhead(["one_device", "mirrored", "central_storage"],
                                    ["cnn", "mlp"], _REPEATS.value, steps=_STEPS.value)
     print("\nOverhead: model.fit step time, tfdist strategy / raw tf.distribute; judged by "
           "CPU time, the steady clock here (target <= 1.01)")
@@ -74,10 +77,10 @@ def main(argv):
       print(f"{row['model']:<6} {row['strategy']:<16} {wall['a_ms']:>8.2f} "
             f"{wall['b_ms']:>10.2f} {wall['ratio']:>7.3f} {cpu['a_ms']:>11.2f} "
             f"{cpu['b_ms']:>14.2f} {cpu['ratio']:>7.3f}")
-      for clock in bench.CLOCKS:
-        results[f"overhead_{row['model']}_{row['strategy']}_{clock}"] = row[clock]["ratio"]
+      for name in clock.CLOCKS:
+        results[f"overhead_{row['model']}_{row['strategy']}_{name}"] = row[name]["ratio"]
   if "small_model" in _SUITES.value:
-    small = bench.small_model_overhead(_REPEATS.value, steps=_STEPS.value)
+    small = overhead.small_model_overhead(_REPEATS.value, steps=_STEPS.value)
     plain = small["raw"]["wall"]["a_ms"]
     print(f"\nSmall model: MLP 784-512-512-10, batch 64, mirrored over {small['replicas']} "
           f"logical CPUs / no strategy ({plain:.2f} ms/step); target <= 1.15")
@@ -86,9 +89,9 @@ def main(argv):
                            ("tfdist", "tfdist, steps_per_execution=10")]:
       print(f"  {label:<40} {small[variant]['wall']['ratio']:>5.2f}x "
             f"{small[variant]['cpu']['ratio']:>5.2f}x")
-      for clock in bench.CLOCKS:
-        results[f"small_model_{variant}_mirrored_over_plain_{clock}"] = (
-            small[variant][clock]["ratio"])
+      for name in clock.CLOCKS:
+        results[f"small_model_{variant}_mirrored_over_plain_{name}"] = (
+            small[variant][name]["ratio"])
   if "allreduce" in _SUITES.value:
     results.update(_all_reduce())
   if "scaling" in _SUITES.value:
@@ -101,21 +104,12 @@ def main(argv):
 
 
 def _all_reduce() -> dict:
-  from tfdist import cluster as cluster_lib
-  from tfdist import launch
-  with tempfile.TemporaryDirectory() as workdir:
-    path = os.path.join(workdir, "rows.json")
-    command = [sys.executable, "-m", "tfdist", "bench", f"--worker_result={path}",
-               f"--repeats={_REPEATS.value}", f"--sizes_mb={','.join(_SIZES_MB.value)}"]
-    code = launch.launch_local(command, cluster_lib.ClusterSpec.local(workers=2),
-                               timeout=900, output=open(os.devnull, "w"))
-    if code != 0 or not os.path.exists(path):
-      print(f"\nAll-reduce: the 2-worker cluster failed (exit code {code}); rerun with "
-            "`tfdist launch --workers 2 -- python -m tfdist bench --worker_result=x.json` "
-            "to see its output.")
-      return {}
-    with open(path) as f:
-      measured = json.load(f)
+  from tfdist.cluster import ClusterSpec
+  measured = self_launch.run_for_result("bench", sys.modules[__name__],
+                                        ClusterSpec.local(workers=2), timeout=900)
+  if measured is None:
+    print("\nAll-reduce: the 2-worker cluster failed; see the line above.")
+    return {}
   tcp = measured["loopback_bytes_per_second"]
   print(f"\nAll-reduce: 2 workers, RING, gradients as 1 MB tensors; bus bandwidth / loopback "
         f"TCP ({tcp / 1e9:.2f} GB/s, Python sockets, same network). raw = TF's defaults "
@@ -172,20 +166,20 @@ def _all_reduce_worker() -> int:
   # TF's pack size: the variants set their own per call (see all_reduce_seconds).
   strategy = tfdist.make_strategy("multi_worker_mirrored", communication="ring",
                                   bytes_per_pack=0)
-  from tfdist import bench
-  from tfdist import cluster as cluster_lib
-  spec = cluster_lib.ClusterSpec.from_env()
+  from tfdist.bench import allreduce
+  from tfdist.cluster import ClusterSpec
+  spec = ClusterSpec.from_env()
   first = spec.task.index == 0
   # Worker 0 measures TCP first; worker 1 meanwhile waits in the first all-reduce.
-  tcp = bench.loopback_bandwidth() if first else None
+  tcp = allreduce.loopback_bandwidth() if first else None
   rows = []
   for size in [float(s) for s in _SIZES_MB.value]:
-    seconds = bench.all_reduce_seconds(strategy, bench.gradient_sizes(size * bench.MB),
-                                       bench.ALL_REDUCE_VARIANTS, _REPEATS.value)
+    seconds = allreduce.all_reduce_seconds(strategy, allreduce.gradient_sizes(size * allreduce.MB),
+                                           allreduce.ALL_REDUCE_VARIANTS, _REPEATS.value)
     for variant, t in seconds.items():
       rows.append({"size_mb": size, "variant": variant, "seconds": t,
-                   **bench.bus_bandwidth(size * bench.MB, t, strategy.num_replicas_in_sync)})
-  if first and _WORKER_RESULT.value:
-    with open(_WORKER_RESULT.value, "w") as f:
-      json.dump({"loopback_bytes_per_second": tcp, "rows": rows}, f)
+                   **allreduce.bus_bandwidth(size * allreduce.MB, t,
+                                             strategy.num_replicas_in_sync)})
+  self_launch.write_result(_WORKER_RESULT.value, {"loopback_bytes_per_second": tcp,
+                                                  "rows": rows})
   return 0

@@ -20,7 +20,7 @@ _SHARDED = flags.DEFINE_bool("sharded_by_user", False, "The dataset_fn shards it
 
 def main(argv):
   del argv
-  from tfdist import distributed_input  # Deferred: imports TensorFlow.
+  from tfdist.data import distributed_input  # Deferred: imports TensorFlow.
   try:
     plan = distributed_input.explain(
         num_elements=_ELEMENTS.value, global_batch_size=_BATCH_SIZE.value,

@@ -4,7 +4,7 @@ Starts a local cluster on free loopback ports: one process per task, each with
 its TF_CONFIG, output prefixed with the task. Exits with the cluster's code.
 
 With --slurm, submits the same job to SLURM instead (one SLURM task per TF
-task, see tfdist/templates/slurm.sbatch), streams its output and exits with
+task, see launch/slurm/tfdist.sbatch), streams its output and exits with
 the job's exit code.
 
 With --kubernetes=tfjob|indexed, prints the manifests for `kubectl apply -f -`
@@ -15,9 +15,10 @@ import sys
 
 from absl import flags
 
-from tfdist import cluster as cluster_lib
 from tfdist import launch as launch_lib
-from tfdist import private_network
+from tfdist.launch import kubernetes
+from tfdist.launch import private_network
+from tfdist.launch import slurm
 
 _WORKERS = flags.DEFINE_integer("workers", 2, "Number of worker tasks.", lower_bound=1)
 _PS = flags.DEFINE_integer("ps", 0, "Number of parameter-server tasks.", lower_bound=0)
@@ -38,8 +39,8 @@ _SLURM = flags.DEFINE_bool("slurm", False, "Submit to SLURM with sbatch instead 
 _TIME_MINUTES = flags.DEFINE_integer("time_minutes", 60, "--slurm: the job's time limit.",
                                      lower_bound=1)
 _SBATCH_TEMPLATE = flags.DEFINE_string("sbatch_template", None, "--slurm: your own copy of "
-                                       "tfdist/templates/slurm.sbatch.")
-_KUBERNETES = flags.DEFINE_enum("kubernetes", None, ["tfjob", "indexed"], "Print Kubernetes "
+                                       "launch/slurm/tfdist.sbatch.")
+_KUBERNETES = flags.DEFINE_enum("kubernetes", None, sorted(kubernetes.MANIFESTS), "Print Kubernetes "
                                 "manifests for this cluster instead of running it.")
 _IMAGE = flags.DEFINE_string("image", None, "--kubernetes: the container image with your code.")
 _NAME = flags.DEFINE_string("name", "tfdist", "--kubernetes: the job's name (a DNS label).")
@@ -57,48 +58,36 @@ def main(argv):
           "`tfdist launch --workers 2 -- python train.py`. Received: no command",
           file=sys.stderr)
     return 2
-  if _SLURM.value:
-    return _submit(command)
-  if _KUBERNETES.value:
-    return _print_manifests(command)
-  spec = cluster_lib.ClusterSpec.local(_WORKERS.value, ps=_PS.value, chief=_CHIEF.value,
-                                       evaluator=_EVALUATOR.value)
-  print(f"[tfdist launch] {spec}", flush=True)
+  job = launch_lib.Job(workers=_WORKERS.value, ps=_PS.value, chief=_CHIEF.value,
+                       evaluator=_EVALUATOR.value)
   try:
-    code = launch_lib.launch_local(command, spec, timeout=_TIMEOUT.value,
-                                   max_restarts=_MAX_RESTARTS.value, network=_NETWORK.value)
-    # A task killed by signal N exits the launcher with 128 + N, as shells do.
-    return code if code >= 0 else 128 - code
+    launcher = _launcher()
+    code = launcher.launch(command, job)
   except launch_lib.LaunchError as e:
     print(f"tfdist launch: {e}", file=sys.stderr)
     return 127
   except private_network.Unavailable as e:
     print(f"tfdist launch: --network=loopback: {e}", file=sys.stderr)
     return 2
-
-
-def _submit(command) -> int:
-  from tfdist import sbatch  # Deferred: only --slurm needs it.
-  ntasks = _WORKERS.value + _PS.value + int(_CHIEF.value or _PS.value > 0)
-  try:
-    return sbatch.submit_and_wait(
-        command, ntasks=ntasks, num_ps=_PS.value, timeout=_TIMEOUT.value,
-        workdir=_WORKDIR.value,
-        time_minutes=_TIME_MINUTES.value, template=_SBATCH_TEMPLATE.value,
-        extra_directives=_SBATCH_ARGS.value)
-  except sbatch.SlurmError as e:
+  except slurm.SlurmError as e:
     print(f"tfdist launch: {e}", file=sys.stderr)
     return 1
-
-
-def _print_manifests(command) -> int:
-  from tfdist import kubernetes  # Deferred: only --kubernetes needs it.
-  build = kubernetes.tfjob if _KUBERNETES.value == "tfjob" else kubernetes.indexed_jobs
-  try:
-    docs = build(_NAME.value, image=_IMAGE.value, command=command, workers=_WORKERS.value,
-                 ps=_PS.value, chief=_CHIEF.value, namespace=_NAMESPACE.value)
   except ValueError as e:
     print(f"tfdist launch: {e}", file=sys.stderr)
     return 2
-  sys.stdout.write(kubernetes.to_yaml(docs))
-  return 0
+  # A task killed by signal N exits the launcher with 128 + N, as shells do.
+  return code if code >= 0 else 128 - code
+
+
+def _launcher() -> launch_lib.Launcher:
+  """The launcher the flags choose, with its own options."""
+  if _SLURM.value:
+    return launch_lib.make_launcher(
+        "slurm", timeout=_TIMEOUT.value, workdir=_WORKDIR.value,
+        time_minutes=_TIME_MINUTES.value, template=_SBATCH_TEMPLATE.value,
+        extra_directives=_SBATCH_ARGS.value)
+  if _KUBERNETES.value:
+    return launch_lib.make_launcher("kubernetes", kind=_KUBERNETES.value, image=_IMAGE.value,
+                                    name=_NAME.value, namespace=_NAMESPACE.value)
+  return launch_lib.make_launcher("local", timeout=_TIMEOUT.value,
+                                  max_restarts=_MAX_RESTARTS.value, network=_NETWORK.value)

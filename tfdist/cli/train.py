@@ -6,16 +6,16 @@ cluster itself (one process per task, via `tfdist launch`) unless TF_CONFIG
 says it already runs inside one.
 """
 
-import json
 import sys
 
 from absl import flags
 
 from tfdist import cluster as cluster_lib
-from tfdist import launch as launch_lib
 from tfdist import scaling
-from tfdist import user_code
-from tfdist.strategies import COMMUNICATION, CROSS_DEVICE_OPS
+from tfdist.cli import self_launch
+from tfdist.cli import user_code
+from tfdist.strategies.local import CROSS_DEVICE_OPS
+from tfdist.strategies.multi_worker_mirrored import COMMUNICATION
 
 _STRATEGY = flags.DEFINE_enum(
     "strategy", "one_device",
@@ -80,9 +80,9 @@ def _strategy_options() -> dict:
 
 
 def _needs_local_cluster() -> bool:
-  """Multi-worker, and not already inside a cluster (TF_CONFIG or a SLURM step)."""
+  """Multi-worker, and not already inside a cluster (TF_CONFIG, Kubernetes, SLURM)."""
   return (_STRATEGY.value in _MULTI_WORKER and not _IN_PROCESS.value
-          and cluster_lib.ClusterSpec.from_env() is None)
+          and not self_launch.in_cluster())
 
 
 def _launch_self() -> int:
@@ -90,22 +90,9 @@ def _launch_self() -> int:
     spec = cluster_lib.ClusterSpec.local(_WORKERS.value, ps=_PS.value, chief=True)
   else:
     spec = cluster_lib.ClusterSpec.local(_WORKERS.value)
-  this_module = sys.modules[__name__]
-  own_flags = [f.serialize() for f in flags.FLAGS.get_key_flags_for_module(this_module)
-               if f.present or f.value != f.default]
-  command = [sys.executable, "-m", "tfdist", "train"] + [f for f in own_flags if f]
   print(f"[tfdist train] starting a local cluster: {spec}", flush=True)
-  return launch_lib.launch_local(command, spec, timeout=_TIMEOUT.value,
-                                 max_restarts=_MAX_RESTARTS.value)
-
-
-def _is_writer(spec) -> bool:
-  """Only one task reports: the chief, or worker 0 when there is no chief."""
-  if spec is None or spec.task is None:
-    return True
-  if cluster_lib.CHIEF in spec.jobs:
-    return spec.task.type == cluster_lib.CHIEF
-  return spec.task == cluster_lib.TaskSpec(cluster_lib.WORKER, 0)
+  return self_launch.run("train", sys.modules[__name__], spec, timeout=_TIMEOUT.value,
+                         max_restarts=_MAX_RESTARTS.value)
 
 
 def main(argv):
@@ -147,7 +134,5 @@ def main(argv):
         f"step_time_ms={result.step_time_ms:.2f} weights={result.weights_digest} "
         f"input_bound={'n/a' if result.input_bound is None else f'{result.input_bound:.2f}'}",
         flush=True)
-  if _RESULT_FILE.value and _is_writer(cluster_lib.ClusterSpec.from_env()):
-    with open(_RESULT_FILE.value, "w") as f:
-      json.dump(result.as_dict(), f, indent=1)
+  self_launch.write_result(_RESULT_FILE.value, result.as_dict())
   return 0

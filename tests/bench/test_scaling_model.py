@@ -1,0 +1,68 @@
+"""tfdist.bench.scaling_model: the α-β model of a synchronous step."""
+
+import json
+
+import pytest
+
+import helpers
+from tfdist.bench import scaling_model
+
+
+def test_prediction_follows_the_ring_formula():
+  one, two, four = scaling_model.predict(0.010, 1e6, 1e8, [1, 2, 4])
+  assert one.efficiency == 1.0 and one.step_seconds == 0.010
+  assert two.step_seconds == pytest.approx(0.010 + 1e6 * 2 * 1 / 2 / 1e8)
+  assert four.step_seconds == pytest.approx(0.010 + 1e6 * 2 * 3 / 4 / 1e8)
+  assert 1.0 > two.efficiency > four.efficiency
+
+
+def test_latency_grows_with_the_ring_round_trips():
+  one, two, four = scaling_model.predict(0.010, 1e6, 1e8, [1, 2, 4], latency_seconds=0.002)
+  assert one.step_seconds == 0.010
+  assert two.step_seconds == pytest.approx(0.010 + 0.002 + 1e6 / 1e8)
+  assert four.step_seconds == pytest.approx(0.010 + 3 * 0.002 + 1e6 * 2 * 3 / 4 / 1e8)
+
+
+def test_advice_offers_fp16_only_when_bytes_dominate():
+  bytes_bound = scaling_model.advice(0.010, 7 * 2**20, 0.3e9, latency_seconds=0.001)
+  latency_bound = scaling_model.advice(0.010, 20 * 2**10, 0.3e9, latency_seconds=0.005)
+  assert "compress_gradients" in bytes_bound
+  assert "compress_gradients" not in latency_bound and "larger per-replica batch" in latency_bound
+
+
+def test_advice_says_when_two_workers_lose():
+  text = scaling_model.advice(compute_seconds=0.010, gradient_bytes=7 * 2**20, busbw=0.3e9)
+  assert "gradients are 7.0 MB per step" in text and "2 workers will be slower than 1" in text
+  text = scaling_model.advice(compute_seconds=0.030, gradient_bytes=20 * 2**10, busbw=1e8)
+  assert "gradients are 20 KB per step" in text and "expect 99% efficiency on 2 workers" in text
+
+
+def test_bad_input_is_named():
+  with pytest.raises(ValueError, match=r"Need replicas >= 1, busbw > 0.*Received: replicas=2, "
+                     r"busbw=0"):
+    scaling_model.communication_seconds(1.0, 0, 2)
+  with pytest.raises(ValueError, match=r"`latency_seconds` must be >= 0. Received: -0.1"):
+    scaling_model.predict(0.01, 1e6, 1e8, [2], latency_seconds=-0.1)
+
+
+def test_plot_writes_a_png(tmp_path):
+  path = scaling_model.plot(str(tmp_path / "curve.png"),
+                               scaling_model.predict(0.01, 1e6, 1e8, [1, 2, 4]))
+  with open(path, "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_cli_predicts_checks_and_draws(tmp_path):
+  out, png = tmp_path / "scale.json", tmp_path / "scale.png"
+  result = helpers.run(helpers.tfdist_cli(
+      "scale", "--model=cnn", "--steps=10", "--repeats=1", "--pairs=2", f"--plot={png}",
+      f"--output={out}"), timeout=600)
+  assert result.returncode == 0, result.stdout[-3000:]
+  written = json.loads(out.read_text())
+  assert written["gradient_bytes"] > 0 and written["busbw"] > 0
+  assert written["latency_seconds"] >= 0 and written["colocated_seconds"] > 0
+  assert 0 < written["measured_efficiency_2"] and 0 < written["predicted_efficiency_2"] <= 1
+  assert len(written["measured_efficiency_2_per_pair"]) == 2
+  assert "prediction off by" in result.stdout and png.stat().st_size > 0
+  assert "predicted on separate machines" in result.stdout and "latency" in result.stdout

@@ -1,0 +1,128 @@
+"""`tfdist train` and `tfdist compare`, end to end, as a user runs them."""
+
+import json
+import os
+import re
+
+import pytest
+
+import helpers
+
+DIGEST = re.compile(r"\[(\w+:\d)\] strategy=(\w+) replicas=(\d) accuracy=([\d.]+) .* weights=(\w+)")
+
+
+def results(output):
+  return {m.group(1): m.groups()[1:] for m in DIGEST.finditer(output)}
+
+
+@pytest.mark.slow
+def test_multi_worker_mirrored_two_processes_identical_weights(tmp_path):
+  result_file = tmp_path / "result.json"
+  result = helpers.run(helpers.tfdist_cli(
+      "train", "--strategy=multi_worker_mirrored", "--workers=2", "--epochs=4",
+      f"--result_file={result_file}", "--verbose=2"), timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  per_task = results(result.stdout)
+  assert set(per_task) == {"worker:0", "worker:1"}
+  # Synchronous training: both workers end with bit-identical weights.
+  assert per_task["worker:0"] == per_task["worker:1"]
+  assert per_task["worker:0"][1] == "2"  # Two replicas in sync.
+  written = json.loads(result_file.read_text())
+  assert written["weights_digest"] == per_task["worker:0"][3]
+  assert written["losses"][-1] < written["losses"][0]
+  assert "[worker:0] Epoch 4/4" in result.stdout  # Keras progress per epoch.
+
+
+@pytest.mark.slow
+def test_parameter_server_chief_two_workers_one_ps(tmp_path):
+  result_file = tmp_path / "result.json"
+  result = helpers.run(helpers.tfdist_cli(
+      "train", "--strategy=parameter_server", "--workers=2", "--ps=1", "--epochs=6",
+      f"--result_file={result_file}", "--verbose=0"), timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert "ClusterSpec(chief=['localhost:" in result.stdout
+  assert "[worker:0] tfdist: serving as worker:0" in result.stdout
+  assert "[ps:0] tfdist: serving as ps:0" in result.stdout
+  written = json.loads(result_file.read_text())
+  assert written["sync"] is False
+  assert written["losses"][-1] < 0.7 * written["losses"][0]
+  assert written["accuracy"] > 0.6
+
+
+@pytest.mark.slow
+def test_compare_trains_every_strategy_to_single_device_accuracy(tmp_path):
+  result_file = tmp_path / "compare.json"
+  result = helpers.run(helpers.tfdist_cli("compare", f"--result_file={result_file}"),
+                       timeout=900)
+  assert result.returncode == 0, result.stdout[-3000:]
+  rows = json.loads(result_file.read_text())
+  assert [r["strategy"] for r in rows] == ["one_device", "mirrored", "central_storage",
+                                           "multi_worker_mirrored", "parameter_server"]
+  assert [r["replicas"] for r in rows] == [1, 2, 2, 2, 1]
+  for row in rows:
+    assert abs(row["accuracy"] - rows[0]["accuracy"]) <= 0.05, row
+  assert rows[0]["accuracy"] > 0.9
+  assert "OK: every strategy reached single-device accuracy within tolerance." in result.stdout
+  assert re.search(r"^strategy\s+replicas\s+mode\s+accuracy", result.stdout, re.M)
+
+
+def test_train_rejects_a_bad_flag():
+  result = helpers.run(helpers.tfdist_cli("train", "--strategy=mirorred"), timeout=60)
+  assert result.returncode != 0
+  assert "value should be one of" in result.stdout
+
+
+USER = os.path.join(helpers.SCRIPTS, "user")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["mirrored", "multi_worker_mirrored"])
+def test_users_own_model_and_data(strategy):
+  result = helpers.run(helpers.tfdist_cli(
+      "train", f"--strategy={strategy}", "--devices=2", "--epochs=8", "--batch_size=32",
+      f"--model={USER}/regression_model.py", f"--data={USER}/regression_data.py"), timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  losses = [float(v) for v in re.findall(r"strategy=.* loss=([\d.]+)", result.stdout)]
+  assert losses and max(losses) < 0.1  # Learns the linear map; started near 2.
+  assert "replicas=2" in result.stdout
+
+
+@pytest.mark.slow
+def test_compressed_gradients_train_in_sync():
+  result = helpers.run(helpers.tfdist_cli(
+      "train", "--strategy=multi_worker_mirrored", "--compress_gradients", "--epochs=8",
+      "--batch_size=32", f"--model={USER}/regression_model.py",
+      f"--data={USER}/regression_data.py"), timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  done = re.findall(r"\[(worker:\d)\] strategy=.* loss=([\d.]+) .* weights=(\w+)", result.stdout)
+  assert sorted(task for task, _, _ in done) == ["worker:0", "worker:1"]
+  assert max(float(loss) for _, loss, _ in done) < 0.1
+  assert done[0][2] == done[1][2]  # The same float16 sums reach both workers.
+
+
+def test_compressed_gradients_are_refused_under_parameter_servers():
+  result = helpers.run(helpers.tfdist_cli(
+      "train", "--strategy=parameter_server", "--compress_gradients"), timeout=60)
+  assert result.returncode == 2
+  assert re.search(r"parameter-server training has none.*Received: --strategy=parameter_server "
+                   "--compress_gradients", result.stdout)
+
+
+@pytest.mark.parametrize("flag, text, match", [
+    ("--model=no/such/file.py", None, r"`--model` names no file.*Received: 'no/such/file.py'"),
+    ("--data=no_such_module_xyz", None, r"`--data` names no importable module.*"
+     r"Received: 'no_such_module_xyz'"),
+    ("--model={path}", "x = 1\n", r"must define a function `model_fn`. Received: "
+     r"model_fn=None"),
+    ("--data={path}", "import tensorflow as tf\n"
+     "def dataset_fn(ctx):\n  return tf.data.Dataset.range(4).batch(2).repeat()\n",
+     r"STEPS_PER_EPOCH in a `tfdist train --data` module.*Received: infinite steps"),
+])
+def test_user_module_errors(tmp_path, flag, text, match):
+  path = tmp_path / "user.py"
+  if text:
+    path.write_text(text)
+  result = helpers.run(helpers.tfdist_cli("train", "--epochs=1", flag.format(path=path)),
+                       timeout=120)
+  assert result.returncode != 0
+  assert re.search(match, result.stdout), result.stdout[-2000:]

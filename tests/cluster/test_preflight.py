@@ -1,0 +1,109 @@
+"""tfdist.cluster.preflight: a missing task is a clear error in bounded time, never a hang."""
+
+import socket
+import sys
+import time
+
+import pytest
+
+import helpers
+from tfdist.cluster import preflight
+from tfdist.cluster import ClusterSpec
+
+
+def test_waits_until_every_task_listens():
+  listeners = []
+  spec = ClusterSpec.local(workers=3).with_task("worker", 0)
+  for address in spec.jobs["worker"][1:]:
+    s = socket.socket()
+    s.bind(("127.0.0.1", int(address.rsplit(":", 1)[1])))
+    s.listen()
+    listeners.append(s)
+  try:
+    assert preflight.wait_for_tasks(spec, timeout=5) < 5
+  finally:
+    for s in listeners:
+      s.close()
+
+
+def test_missing_task_is_a_clear_error_within_the_timeout():
+  spec = ClusterSpec.local(workers=3).with_task("worker", 0)
+  start = time.monotonic()
+  with pytest.raises(preflight.TaskUnreachableError,
+                     match=r"Task worker:1 at localhost:\d+ did not answer within 1s \(nor did "
+                     r"\['worker:2'\]\). Check that it was started.*TFDIST_PREFLIGHT_TIMEOUT.*"
+                     r"Received: cluster="):
+    preflight.wait_for_tasks(spec, timeout=1)
+  assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("timeout, environ, expected", [
+    (None, {}, 30.0), (5, {}, 5.0), (None, {"TFDIST_PREFLIGHT_TIMEOUT": "7.5"}, 7.5),
+    (3, {"TFDIST_PREFLIGHT_TIMEOUT": "7.5"}, 3.0)])
+def test_timeout_resolution(timeout, environ, expected):
+  assert preflight.preflight_timeout(timeout, environ) == expected
+
+
+@pytest.mark.parametrize("timeout, environ, match", [
+    (0, {}, r"`timeout` must be a number of seconds > 0, e.g. 30. Received: 0"),
+    (None, {"TFDIST_PREFLIGHT_TIMEOUT": "soon"}, r"`TFDIST_PREFLIGHT_TIMEOUT` must be.*'soon'"),
+])
+def test_bad_timeout(timeout, environ, match):
+  with pytest.raises(ValueError, match=match):
+    preflight.preflight_timeout(timeout, environ)
+
+
+@pytest.mark.slow
+def test_multi_worker_with_a_worker_that_never_starts_fails_in_seconds():
+  """TF alone waits forever here (docs/known_issues.md); tfdist fails within the preflight timeout."""
+  spec = ClusterSpec.local(workers=2)
+  code = "import tfdist; tfdist.make_strategy('multi_worker_mirrored'); print('STARTED')"
+  start = time.monotonic()
+  result = helpers.run([sys.executable, "-c", code], timeout=120, env={
+      "TF_CONFIG": spec.tf_config("worker", 0), "TFDIST_PREFLIGHT_TIMEOUT": "5"})
+  assert time.monotonic() - start < 60
+  assert result.returncode != 0
+  assert "STARTED" not in result.stdout
+  assert f"TaskUnreachableError: Task worker:1 at {spec.jobs['worker'][1]} did not answer " \
+         "within 5s" in result.stdout, result.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_parameter_server_chief_with_a_missing_ps_fails_in_seconds():
+  spec = ClusterSpec.local(workers=1, ps=1, chief=True)
+  code = "import tfdist; tfdist.make_strategy('parameter_server'); print('STARTED')"
+  result = helpers.run([sys.executable, "-c", code], timeout=120, env={
+      "TF_CONFIG": spec.tf_config("chief", 0), "TFDIST_PREFLIGHT_TIMEOUT": "3"})
+  assert result.returncode != 0
+  assert "Task worker:0 at" in result.stdout and "['ps:0']" in result.stdout, \
+      result.stdout[-3000:]
+
+
+def test_own_port_in_use_is_a_clear_error():
+  spec = ClusterSpec.local(workers=2).with_task("worker", 0)
+  taken = socket.socket()
+  taken.bind(("127.0.0.1", int(spec.jobs["worker"][0].rsplit(":", 1)[1])))
+  taken.listen()
+  try:
+    with pytest.raises(RuntimeError, match=r"This task's port is already in use.*"
+                       rf"Received: {spec.jobs['worker'][0]}"):
+      preflight.rendezvous(spec, timeout=1)
+  finally:
+    taken.close()
+
+
+def test_rendezvous_listens_while_waiting():
+  """Two tasks meet before either has a TF server."""
+  import threading
+  spec = ClusterSpec.local(workers=2)
+  results = {}
+
+  def task(index):
+    results[index] = preflight.rendezvous(spec.with_task("worker", index), timeout=10)
+
+  threads = [threading.Thread(target=task, args=(i,)) for i in range(2)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(timeout=20)
+  assert set(results) == {0, 1}

@@ -1,0 +1,73 @@
+"""tfdist.cluster.slurm: SLURM's environment to a cluster, on CPU-only nodes."""
+
+import pytest
+
+from tfdist.cluster import slurm
+from tfdist.cluster import ClusterSpec, TaskSpec
+
+
+def step_env(procid, nodelist="node[1-2]", tasks_per_node="2(x2)", ntasks=4, **extra):
+  env = {"SLURM_PROCID": str(procid), "SLURM_STEP_NUM_TASKS": str(ntasks),
+         "SLURM_STEP_NODELIST": nodelist, "SLURM_STEP_TASKS_PER_NODE": tasks_per_node,
+         "SLURM_JOB_ID": "1234"}
+  env.update(extra)
+  return env
+
+
+def test_every_task_is_a_worker_on_cpu_only_nodes():
+  spec = slurm.cluster_spec_from_slurm(step_env(3))
+  base = 20000 + 1234
+  assert spec.jobs == {"worker": (f"node1:{base}", f"node1:{base + 1}",
+                                  f"node2:{base}", f"node2:{base + 1}")}
+  assert spec.task == TaskSpec("worker", 3)
+
+
+def test_all_tasks_agree_on_the_cluster():
+  specs = [slurm.cluster_spec_from_slurm(step_env(rank)) for rank in range(4)]
+  assert all(s.jobs == specs[0].jobs for s in specs)
+  assert [s.task.index for s in specs] == [0, 1, 2, 3]
+
+
+def test_parameter_server_layout():
+  env = step_env(1, **{slurm.NUM_PS_ENV: "1", slurm.PORT_BASE_ENV: "30000"})
+  spec = slurm.cluster_spec_from_slurm(env)
+  assert spec.jobs["chief"] == ("node1:30000",)
+  assert spec.jobs["ps"] == ("node1:30001",)
+  assert spec.jobs["worker"] == ("node2:30000", "node2:30001")
+  assert spec.task == TaskSpec("ps", 0)
+  assert slurm.cluster_spec_from_slurm(step_env(0, **{slurm.NUM_PS_ENV: "1"})).task == \
+      TaskSpec("chief", 0)
+  assert slurm.cluster_spec_from_slurm(step_env(3, **{slurm.NUM_PS_ENV: "1"})).task == \
+      TaskSpec("worker", 1)
+
+
+def test_from_env_prefers_tf_config_then_slurm():
+  assert ClusterSpec.from_env(step_env(0)).task == TaskSpec("worker", 0)
+  assert ClusterSpec.from_env(step_env(0, ntasks=1, nodelist="node1",
+                                       tasks_per_node="1")) is None
+  tf_config = ClusterSpec({"worker": ["h:1", "h:2"]}).tf_config("worker", 1)
+  assert ClusterSpec.from_env({**step_env(0), "TF_CONFIG": tf_config}).task == \
+      TaskSpec("worker", 1)
+
+
+@pytest.mark.parametrize("env, error, match", [
+    ({}, RuntimeError, r"Not inside a SLURM job step.*srun"),
+    (step_env(0, ntasks=3), ValueError, r"step variables disagree.*SLURM_STEP_NUM_TASKS is 3"),
+    (step_env(0, **{slurm.NUM_PS_ENV: "3"}), ValueError,
+     r"needs a chief, 3 ps and at least one worker: 5 tasks.*--ntasks=5"),
+    (step_env(0, **{slurm.PORT_BASE_ENV: "80"}), ValueError,
+     r"`TFDIST_SLURM_PORT_BASE` must be a port from 1024 to 65000. Received: '80'"),
+])
+def test_errors(env, error, match):
+  with pytest.raises(error, match=match):
+    slurm.cluster_spec_from_slurm(env)
+
+
+def test_tensorflow_resolver_fails_on_cpu_only_nodes(monkeypatch):
+  """Why this module exists: docs/known_issues.md, asserted so we notice when TF fixes it."""
+  from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as tf_slurm
+  for name, value in step_env(0).items():
+    monkeypatch.setenv(name, value)
+  monkeypatch.setenv("SLURM_NTASKS", "4")
+  with pytest.raises(ValueError, match="range\\(\\) arg 3 must not be zero"):
+    tf_slurm.SlurmClusterResolver(gpus_per_node=0, gpus_per_task=0).cluster_spec()

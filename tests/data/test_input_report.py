@@ -1,0 +1,85 @@
+"""tfdist.data.input_report: the share of step time waiting for data, measured."""
+
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfdist
+from tfdist.data import distributed_input as di
+from tfdist.data import input_report
+from tfdist import keras
+
+X = np.random.default_rng(0).random((2048, 32)).astype("float32")
+Y = X.sum(axis=1, keepdims=True)
+
+
+def sleepy(x, y):  # 30 ms per batch, far above step noise on a busy machine.
+  x = tf.py_function(lambda t: (time.sleep(0.03), t)[1], [x], tf.float32)
+  return tf.ensure_shape(x, [None, 32]), y
+
+
+def slow_fn(context):
+  return tf.data.Dataset.from_tensor_slices((X, Y)).repeat().batch(64).map(sleepy)
+
+
+def fast_fn(context):
+  return tf.data.Dataset.from_tensor_slices((X, Y)).cache().repeat().batch(64).prefetch(
+      tf.data.AUTOTUNE)
+
+
+def fit_with_report(dataset_fn):
+  strategy = tfdist.make_strategy("one_device")
+  with strategy.scope():
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(256, activation="relu"),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+  report = input_report.InputBoundReport(dataset_fn, verbose=False)
+  model.fit(di.distribute_function(strategy, dataset_fn), epochs=2, steps_per_epoch=30,
+            verbose=0, callbacks=[report])
+  return model, report
+
+
+def test_slow_pipeline_is_highly_input_bound_and_cached_one_is_not():
+  _, slow = fit_with_report(slow_fn)
+  _, fast = fit_with_report(fast_fn)
+  assert slow.result.share > 0.5 and slow.result.verdict == "highly input-bound"
+  assert fast.result.share < slow.result.share
+  assert "input-bound:" in str(slow.result) and "% of step time waiting for data" in str(
+      slow.result)
+
+
+def test_probes_leave_training_unchanged():
+  def train(callbacks):
+    strategy = tfdist.make_strategy("one_device")
+    with strategy.scope():
+      keras.utils.set_random_seed(0)
+      model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(1)])
+      model.compile(optimizer="adam", loss="mse")
+    model.fit(di.distribute_function(strategy, fast_fn), epochs=3, steps_per_epoch=10,
+              verbose=0, callbacks=callbacks)
+    return model
+
+  report = input_report.InputBoundReport(fast_fn, verbose=False)
+  probed, plain = train([report]), train([])
+  assert report.result is not None and len(report.per_epoch) == 2  # Epochs 2 and 3.
+  for a, b in zip(probed.get_weights(), plain.get_weights()):
+    np.testing.assert_array_equal(a, b)
+  for a, b in zip(probed.optimizer.variables(), plain.optimizer.variables()):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("share, verdict", [(0.02, "not input-bound"),
+                                            (0.10, "moderately input-bound"),
+                                            (0.37, "highly input-bound")])
+def test_thresholds(share, verdict):
+  assert input_report.InputBound(share, 10.0, 10.0 * (1 - share)).verdict == verdict
+
+
+def test_custom_loop_function():
+  step = tf.function(lambda batch: tf.reduce_sum(batch[0]))
+  slow = input_report.input_wait_share(iter(slow_fn(None)), step, steps=10)
+  fast = input_report.input_wait_share(iter(fast_fn(None)), step, steps=10)
+  assert slow.share > 0.8 and slow.step_ms >= 30
+  assert fast.share < slow.share

@@ -1,0 +1,112 @@
+"""tfdist.launch.kubernetes: manifests whose every pod gets a TF_CONFIG consistent with the spec."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import helpers
+from tfdist.launch import kubernetes
+from tfdist.cluster import ClusterSpec
+
+COMMAND = ["python", "train.py", "--epochs=3"]
+
+
+def parse(docs):
+  return list(yaml.safe_load_all(kubernetes.to_yaml(docs)))
+
+
+def assert_consistent(configs, spec):
+  """Every task of `spec` is exactly one pod, whose TF_CONFIG is that task's."""
+  expected = {f"{t.type}:{t.index}": json.loads(spec.tf_config(t.type, t.index))
+              for t in spec.tasks()}
+  got = {f"{c['task']['type']}:{c['task']['index']}": c for c in configs.values()}
+  assert got == expected
+  for config in configs.values():  # Each also parses as a valid tfdist spec.
+    ClusterSpec.from_tf_config(json.dumps(config))
+
+
+def test_tfjob_replicas_and_operator_tf_config():
+  docs = parse(kubernetes.tfjob("digits", image="img:1", command=COMMAND, workers=2, ps=1,
+                                chief=True, namespace="ml"))
+  (job,) = docs
+  assert job["kind"] == "TFJob" and job["apiVersion"] == "kubeflow.org/v1"
+  replicas = job["spec"]["tfReplicaSpecs"]
+  assert {k: v["replicas"] for k, v in replicas.items()} == {"Chief": 1, "Worker": 2, "PS": 1}
+  for replica in replicas.values():
+    (container,) = replica["template"]["spec"]["containers"]
+    assert container["name"] == "tensorflow" and container["command"] == COMMAND
+  configs = kubernetes.pod_tf_configs(docs)
+  assert sorted(configs) == ["digits-chief-0", "digits-ps-0", "digits-worker-0",
+                             "digits-worker-1"]
+  assert configs["digits-worker-1"]["cluster"]["worker"][1] == "digits-worker-1.ml.svc:2222"
+  assert_consistent(configs, kubernetes.tfjob_cluster("digits", workers=2, ps=1, chief=True,
+                                                      namespace="ml"))
+
+
+def test_indexed_jobs_service_and_tf_config():
+  docs = parse(kubernetes.indexed_jobs("digits", image="img:1", command=COMMAND, workers=3,
+                                       ps=1, chief=True))
+  service, *jobs = docs
+  assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
+  assert service["spec"]["publishNotReadyAddresses"] is True
+  assert [j["metadata"]["name"] for j in jobs] == ["digits-chief", "digits-worker", "digits-ps"]
+  for job in jobs:
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["template"]["spec"]["subdomain"] == "digits"
+    assert job["spec"]["template"]["metadata"]["labels"] == service["spec"]["selector"]
+  configs = kubernetes.pod_tf_configs(docs)
+  assert configs["digits-worker-2"]["cluster"]["worker"][2] == \
+      "digits-worker-2.digits.default.svc:2222"
+  assert_consistent(configs, kubernetes.indexed_cluster("digits", workers=3, ps=1,
+                                                        chief=True))
+
+
+def test_indexed_job_container_really_builds_its_tf_config():
+  """Runs the container's own command line, as the pod would, for index 1."""
+  docs = kubernetes.indexed_jobs("digits", image="img:1", workers=2,
+                                 command=[sys.executable, "-c",
+                                          "import os; print(os.environ['TF_CONFIG'])"])
+  container = docs[1]["spec"]["template"]["spec"]["containers"][0]
+  env = {e["name"]: e["value"] for e in container["env"]}
+  out = subprocess.run(container["command"], capture_output=True, text=True, timeout=30,
+                       env={"PATH": os.environ["PATH"], "JOB_COMPLETION_INDEX": "1", **env})
+  assert out.returncode == 0, out.stderr
+  assert json.loads(out.stdout) == kubernetes.pod_tf_configs(docs)["digits-worker-1"]
+
+
+def test_manifests_carry_no_environment():
+  text = kubernetes.to_yaml(kubernetes.indexed_jobs("digits", image="img:1", command=COMMAND,
+                                                    workers=2))
+  for name in ("PATH", "HOME", os.environ.get("HOME", "/root")):
+    assert name not in text
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"name": "Digits_1"}, r"`name` must be a DNS label.*Received: 'Digits_1'"),
+    ({"image": ""}, r"`image` is empty"),
+    ({"command": "python train.py"}, r"`command` must be a non-empty list"),
+    ({"workers": 0}, r"`workers` must be an integer >= 1. Received: 0"),
+])
+def test_errors(kwargs, match):
+  args = {"name": "digits", "image": "img:1", "command": COMMAND, "workers": 2, **kwargs}
+  with pytest.raises(ValueError, match=match):
+    kubernetes.indexed_jobs(**args)
+
+
+@pytest.mark.parametrize("kind, path, args", [
+    ("tfjob", "launch/kubernetes/tfjob.yaml",
+     ["--chief", "--workers=2", "--ps=1", "--", "python", "strategies/parameter_server.py"]),
+    ("indexed", "launch/kubernetes/indexed-jobs.yaml",
+     ["--workers=2", "--", "python", "strategies/multi_worker_mirrored.py"]),
+])
+def test_cli_output_matches_the_committed_examples(kind, path, args):
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", f"--kubernetes={kind}", "--name=digits",
+      "--image=registry.example.com/tfdist:0.1", *args), timeout=60)
+  assert result.returncode == 0, result.stdout
+  with open(os.path.join(helpers.REPO, path)) as f:
+    assert result.stdout == f.read()

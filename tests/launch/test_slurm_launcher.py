@@ -1,0 +1,89 @@
+"""tfdist.launch.slurm: jobs through a real SLURM on localhost (slurmctld + slurmd)."""
+
+import re
+import sys
+
+import pytest
+
+import helpers
+import slurm_cluster
+from tfdist.launch import slurm as sbatch
+
+
+def test_render_fills_every_field():
+  script = sbatch.render(["python", "train.py", "--epochs=3"], ntasks=4, num_ps=1,
+                         output="/tmp/out-%j", job_name="demo", time_minutes=5,
+                         extra_directives=["--partition=gpu"])
+  assert "#SBATCH --ntasks=4" in script and "#SBATCH --job-name=demo" in script
+  assert "#SBATCH --partition=gpu" in script and "#SBATCH --time=5" in script
+  assert "export TFDIST_SLURM_NUM_PS=1" in script
+  assert "srun --kill-on-bad-exit=1 --label python train.py --epochs=3" in script
+  assert "${" not in script
+
+
+def test_render_rejects_an_unknown_template_field(tmp_path):
+  template = tmp_path / "t.sbatch"
+  template.write_text("#SBATCH --account=${account}\n")
+  with pytest.raises(ValueError, match=r"has a field tfdist does not fill. Received: 'account'"):
+    sbatch.render(["x"], ntasks=1, output="o", template=str(template))
+
+
+@pytest.fixture(scope="module")
+def slurm():
+  reason = slurm_cluster.unavailable_reason()
+  if reason:
+    pytest.skip(reason)
+  cluster = slurm_cluster.LocalSlurm().start()
+  yield cluster
+  cluster.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_multi_worker_recipe_trains_under_sbatch(slurm, tmp_path):
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", "--slurm", "--workers=2", "--timeout=300", f"--workdir={tmp_path}", "--",
+      sys.executable, f"{helpers.REPO}/strategies/multi_worker_mirrored.py"), timeout=400,
+      env={"SLURM_CONF": slurm.conf})
+  assert (tmp_path / "tfdist-job.sbatch").exists()
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert re.search(r"SLURM job \d+ ended COMPLETED, exit code 0", result.stdout)
+  finals = dict(re.findall(r"^(\d): worker:\d (final loss .*)$", result.stdout, re.M))
+  assert set(finals) == {"0", "1"}
+  assert finals["0"] == finals["1"]  # Synchronous: identical on both SLURM tasks.
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_failing_job_returns_its_exit_code(slurm, tmp_path):
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", "--slurm", "--workers=2", "--timeout=120", f"--workdir={tmp_path}", "--",
+      sys.executable, "-c",
+      "import os, sys; print('rank', os.environ['SLURM_PROCID']); sys.exit(3)"),
+      timeout=200, env={"SLURM_CONF": slurm.conf})
+  assert result.returncode == 3, result.stdout[-3000:]
+  assert re.search(r"SLURM job \d+ ended FAILED, exit code 3", result.stdout)
+
+
+def test_no_slurm_here_is_a_clear_error(tmp_path):
+  result = helpers.run(helpers.tfdist_cli("launch", "--slurm", f"--workdir={tmp_path}", "--",
+                                          "true"), timeout=60, env={"PATH": str(tmp_path)})
+  assert result.returncode == 1
+  assert "tfdist launch: `sbatch` is not installed here: run on a SLURM login node" \
+      in result.stdout
+
+
+def test_the_script_carries_no_environment(monkeypatch):
+  monkeypatch.setenv("WANDB_API_KEY", "s3cr3t-value")
+  text = sbatch.render(["python", "train.py"], ntasks=2, output="out.txt")
+  assert "s3cr3t" not in text and "WANDB_API_KEY" not in text
+
+
+def test_the_template_users_read_is_the_one_tfdist_renders():
+  import os
+  with open(os.path.join(helpers.REPO, "launch", "slurm", "tfdist.sbatch")) as f:
+    users_copy = f.read()
+  with open(sbatch.TEMPLATE) as f:
+    rendered = f.read()
+  assert users_copy == rendered, ("launch/slurm/tfdist.sbatch and "
+                                  "tfdist/launch/templates/slurm.sbatch differ: keep them one file")

@@ -1,0 +1,89 @@
+"""The self-launch pattern of `tfdist train`, `bench` and `scale`, written once.
+
+A command that needs a local cluster runs twice: first as the user started it,
+where it launches a local cluster whose every task runs the same command
+again with the same flags; then as each task, which finds itself inside a
+cluster (TF_CONFIG, or any environment `tfdist.cluster` detects) and does the
+work. A task can hand a result back: the first worker (or the chief) writes
+JSON to the path given as `--worker_result`, which the launching process
+reads once the cluster is done.
+
+Example (in an absl main):
+
+>>> if self_launch.in_cluster():
+...   return _work()                       # one task
+>>> result = self_launch.run_for_result("scale", sys.modules[__name__], spec)
+"""
+
+import json
+import os
+import sys
+import tempfile
+from types import ModuleType
+from typing import Any, List, Optional, Sequence, TextIO
+
+from absl import flags
+
+from tfdist import launch as launch_lib
+from tfdist.cluster import CHIEF, WORKER, ClusterSpec, TaskSpec
+from tfdist.cluster import environment
+
+RESULT_FLAG = "worker_result"
+
+
+def in_cluster() -> bool:
+  """Whether this process is a task of a cluster (TF_CONFIG, Kubernetes, SLURM)."""
+  return environment.detect() is not None
+
+
+def command(name: str, module: ModuleType, extra_flags: Sequence[str] = ()) -> List[str]:
+  """`python -m tfdist <name>` with every flag of `module` the user set, then `extra_flags`."""
+  own = [f.serialize() for f in flags.FLAGS.get_key_flags_for_module(module)
+         if f.name != RESULT_FLAG and (f.present or f.value != f.default)]
+  return [sys.executable, "-m", "tfdist", name] + [f for f in own if f] + list(extra_flags)
+
+
+def run(name: str, module: ModuleType, spec: ClusterSpec, *, timeout: float,
+        extra_flags: Sequence[str] = (), max_restarts: int = 0,
+        output: Optional[TextIO] = None) -> int:
+  """Runs `tfdist <name>` with the same flags as every task of `spec`; its exit code."""
+  return launch_lib.launch_local(command(name, module, extra_flags), spec, timeout=timeout,
+                                 max_restarts=max_restarts, output=output)
+
+
+def run_for_result(name: str, module: ModuleType, spec: ClusterSpec, *, timeout: float,
+                   extra_flags: Sequence[str] = ()) -> Optional[Any]:
+  """Like `run`, quietly, and returns what the writing task passed to `write_result`.
+
+  Returns None, after printing the command that shows the cluster's output,
+  when the cluster failed or wrote nothing.
+  """
+  with tempfile.TemporaryDirectory() as workdir:
+    path = os.path.join(workdir, "result.json")
+    with open(os.devnull, "w") as quiet:
+      code = run(name, module, spec, timeout=timeout, output=quiet,
+                 extra_flags=[*extra_flags, f"--{RESULT_FLAG}={path}"])
+    if code != 0 or not os.path.exists(path):
+      shown = " ".join(command(name, module, extra_flags)[1:])
+      print(f"tfdist {name}: the {spec.num_workers}-worker cluster failed (exit code {code}); "
+            f"run `tfdist launch --workers {spec.num_workers} -- python {shown}` to see why.",
+            file=sys.stderr)
+      return None
+    with open(path) as f:
+      return json.load(f)
+
+
+def is_writer(spec: Optional[ClusterSpec]) -> bool:
+  """Whether this task reports: the chief, or worker 0 when there is no chief."""
+  if spec is None or spec.task is None:
+    return True
+  if CHIEF in spec.jobs:
+    return spec.task.type == CHIEF
+  return spec.task == TaskSpec(WORKER, 0)
+
+
+def write_result(path: Optional[str], result: Any) -> None:
+  """Writes `result` as JSON to `path` if given and this task is the writer."""
+  if path and is_writer(ClusterSpec.from_env()):
+    with open(path, "w") as f:
+      json.dump(result, f, indent=1)

@@ -1,0 +1,28 @@
+"""Clusters: validated specs, the environments they come from, and preflight.
+
+- `spec`: `ClusterSpec`, `TaskSpec`, addresses and the per-task `TF_CONFIG`;
+- `environment`: the `ClusterEnvironment` contract and its resolution order;
+  `tf_config`, `kubernetes` and `slurm` implement it, in that order;
+- `preflight`: every task reachable, or a clear error in bounded time.
+
+Nothing here imports TensorFlow, so launchers and `tfdist doctor` stay light.
+
+Example:
+
+>>> from tfdist.cluster import ClusterSpec
+>>> spec = ClusterSpec.from_env()    # TF_CONFIG, a Kubernetes pod, SLURM, or None
+"""
+
+from tfdist.cluster.spec import (CHIEF, CLUSTER_TASK_TYPES, EVALUATOR, LOOPBACK_HOSTS, PS,
+                                 TASK_TYPES, TF_CONFIG_KEYS, WORKER, ClusterSpec, TaskSpec,
+                                 count_workers, pick_unused_ports, split_address)
+# Registered in this order: TF_CONFIG wins, then a Kubernetes pod, then SLURM.
+from tfdist.cluster import tf_config  # pylint: disable=g-bad-import-order
+from tfdist.cluster import kubernetes
+from tfdist.cluster import slurm
+from tfdist.cluster.environment import ClusterEnvironment, available_environments, detect
+
+__all__ = ["CHIEF", "CLUSTER_TASK_TYPES", "ClusterEnvironment", "ClusterSpec", "EVALUATOR",
+           "LOOPBACK_HOSTS", "PS", "TASK_TYPES", "TF_CONFIG_KEYS", "TaskSpec", "WORKER",
+           "available_environments", "count_workers", "detect", "pick_unused_ports",
+           "split_address"]

@@ -1,0 +1,144 @@
+"""Preflight: every task of the cluster is reachable, or a clear error in bounded time.
+
+MultiWorkerMirroredStrategy waits forever for a worker that never started, with
+no message at all: its constructor blocks until every task registers. So before
+the strategy exists, tfdist connects to every other task's address and gives up
+after `timeout` seconds (default 30, or `TFDIST_PREFLIGHT_TIMEOUT`), naming the
+task, the address, the wait and what to check. This works the same for jobs
+started by hand with TF_CONFIG.
+
+For peers to find each other before any TF server exists, each task holds a
+plain TCP listener on its own port while it waits (`rendezvous`), then frees the
+port for TensorFlow's server. A peer that already got further answers on the
+same port with its real server.
+
+Example:
+
+>>> spec = ClusterSpec.from_env()
+>>> wait_for_tasks(spec, timeout=30)   # raises TaskUnreachableError
+"""
+
+import os
+import socket
+import time
+from typing import Iterable, Mapping, Optional
+
+from tfdist.cluster import spec as cluster_lib
+
+TIMEOUT_ENV = "TFDIST_PREFLIGHT_TIMEOUT"
+DEFAULT_TIMEOUT = 30.0
+_RETRY_SECONDS = 0.25
+_LINGER_SECONDS = 4 * _RETRY_SECONDS
+
+
+class TaskUnreachableError(RuntimeError):
+  """A task of the cluster did not accept connections within the preflight timeout."""
+
+
+def preflight_timeout(timeout: Optional[float] = None,
+                      environ: Optional[Mapping[str, str]] = None) -> float:
+  """The timeout: explicit argument, else `TFDIST_PREFLIGHT_TIMEOUT`, else 30 s.
+
+  Raises:
+    ValueError: the value is not a positive number.
+  """
+  environ = os.environ if environ is None else environ
+  source = "timeout"
+  if timeout is None and TIMEOUT_ENV in environ:
+    source, timeout = TIMEOUT_ENV, environ[TIMEOUT_ENV]
+  if timeout is None:
+    return DEFAULT_TIMEOUT
+  try:
+    value = float(timeout)
+  except (TypeError, ValueError):
+    value = float("nan")
+  if not value > 0:
+    raise ValueError(f"`{source}` must be a number of seconds > 0, e.g. 30. "
+                     f"Received: {timeout!r}")
+  return value
+
+
+def reachable(address: str, timeout: float = 1.0) -> bool:
+  """Whether something accepts TCP connections at "host:port" right now."""
+  host, port = cluster_lib.split_address(address)
+  try:
+    with socket.create_connection((host, int(port)), timeout=timeout):
+      return True
+  except OSError:
+    return False
+
+
+def wait_for_tasks(spec: cluster_lib.ClusterSpec, *, timeout: Optional[float] = None,
+                   tasks: Optional[Iterable[cluster_lib.TaskSpec]] = None) -> float:
+  """Waits until every task (default: all but `spec.task`) accepts connections.
+
+  Args:
+    spec: the cluster.
+    timeout: seconds to wait in all (see `preflight_timeout`).
+    tasks: which tasks to wait for; the evaluator is never waited for.
+
+  Returns:
+    Seconds waited.
+
+  Raises:
+    TaskUnreachableError: a task was still unreachable at the deadline.
+  """
+  timeout = preflight_timeout(timeout)
+  if tasks is None:
+    tasks = [t for t in spec.tasks() if t != spec.task]
+  pending = {t: spec.address(t) for t in tasks if t.type != cluster_lib.EVALUATOR}
+  start = time.monotonic()
+  while pending:
+    for task, address in list(pending.items()):
+      if reachable(address):
+        del pending[task]
+    if not pending:
+      break
+    waited = time.monotonic() - start
+    if waited >= timeout:
+      task, address = next(iter(pending.items()))
+      others = [str(t) for t in pending][1:]
+      raise TaskUnreachableError(
+          f"Task {task} at {address} did not answer within {waited:.0f}s"
+          + (f" (nor did {others})" if others else "") + ". Check that it was "
+          "started, that it did not crash (see its log), that the address in "
+          "TF_CONFIG is right, and that no firewall blocks the port; set "
+          f"{TIMEOUT_ENV} to wait longer. Received: cluster={spec.as_dict()}, "
+          f"this task={spec.task}")
+    time.sleep(_RETRY_SECONDS)
+  return time.monotonic() - start
+
+
+def rendezvous(spec: cluster_lib.ClusterSpec, *, timeout: Optional[float] = None) -> float:
+  """Listens on this task's port while waiting for every other task; see module doc.
+
+  Raises:
+    RuntimeError: this task's own port is taken by another process.
+    TaskUnreachableError: another task did not answer in time.
+  """
+  timeout = preflight_timeout(timeout)
+  own = spec.address(spec.task) if spec.task is not None else None
+  if own is None:
+    return wait_for_tasks(spec, timeout=timeout)
+  host, port = cluster_lib.split_address(own)
+  family = socket.AF_INET6 if ":" in host else socket.AF_INET
+  listener = socket.socket(family, socket.SOCK_STREAM)
+  listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+  try:
+    # Bind where TF will listen: "localhost" stays on loopback.
+    listener.bind(("" if host not in cluster_lib.LOOPBACK_HOSTS else host, int(port)))
+  except OSError as e:
+    listener.close()
+    raise RuntimeError(
+        f"This task's port is already in use, so TensorFlow could not serve {spec.task} "
+        f"there: another job or a leftover process holds it. Stop it, or give this task "
+        f"another port in the cluster spec. Received: {own} ({e.strerror})") from e
+  try:
+    listener.listen(64)
+    waited = wait_for_tasks(spec, timeout=timeout)
+    # Stay visible a little longer: a peer may be between two probes and would
+    # otherwise look for us in the gap before TensorFlow's server takes the port.
+    time.sleep(_LINGER_SECONDS)
+    return waited
+  finally:
+    listener.close()

@@ -1,0 +1,126 @@
+"""The SLURM environment: the cluster of a job step, on CPU-only nodes too.
+
+TensorFlow's own `SlurmClusterResolver` derives tasks from GPU counts, so on
+CPU-only nodes it raises (`gpus_per_task=0`) or finds no tasks at all
+(`gpus_per_node=0`). Here every SLURM task is one TF task, whatever the node has:
+task `SLURM_PROCID` on node `n` listens on `n:(port_base + local task id)`.
+
+Under `srun`, `ClusterSpec.from_env()` uses this automatically when there is no
+TF_CONFIG (`SLURMEnvironment`), so the same script runs under `tfdist launch`,
+by hand, or in sbatch. Submitting jobs is `tfdist.launch.slurm`'s job.
+
+Example (inside `srun -n 2 python train.py`):
+
+>>> spec = cluster_spec_from_slurm()
+>>> spec.jobs["worker"]
+('node1:23456', 'node1:23457')
+"""
+
+import os
+from typing import List, Mapping, Optional
+
+from tfdist.cluster import environment
+from tfdist.cluster import spec as cluster_lib
+
+PORT_BASE_ENV = "TFDIST_SLURM_PORT_BASE"
+NUM_PS_ENV = "TFDIST_SLURM_NUM_PS"
+_REQUIRED = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST",
+             "SLURM_STEP_TASKS_PER_NODE")
+
+
+def in_slurm_step(environ: Optional[Mapping[str, str]] = None) -> bool:
+  """Whether this process is a task of a SLURM job step (started by srun)."""
+  environ = os.environ if environ is None else environ
+  return all(name in environ for name in _REQUIRED)
+
+
+def _expand(environ: Mapping[str, str]):
+  # TF's own hostlist parsing is right; only its task-to-GPU mapping is not.
+  from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as tf_slurm
+  nodes = tf_slurm.expand_hostlist(environ["SLURM_STEP_NODELIST"])
+  per_node = tf_slurm.expand_tasks_per_node(environ["SLURM_STEP_TASKS_PER_NODE"])
+  return nodes, per_node
+
+
+def port_base(environ: Mapping[str, str]) -> int:
+  """First port: `TFDIST_SLURM_PORT_BASE`, else derived from the job id.
+
+  Derived from the job id so that two jobs sharing a node rarely collide, and
+  every task of the job computes the same ports without talking to the others.
+  """
+  if PORT_BASE_ENV in environ:
+    value = environ[PORT_BASE_ENV]
+    if not value.isdigit() or not 1024 <= int(value) <= 65000:
+      raise ValueError(f"`{PORT_BASE_ENV}` must be a port from 1024 to 65000. "
+                       f"Received: {value!r}")
+    return int(value)
+  job_id = environ.get("SLURM_JOB_ID", "0")
+  return 20000 + (int(job_id) if job_id.isdigit() else 0) % 20000
+
+
+def cluster_spec_from_slurm(environ: Optional[Mapping[str, str]] = None, *,
+                            num_ps: Optional[int] = None) -> cluster_lib.ClusterSpec:
+  """The job step's cluster, seen from this task.
+
+  With `num_ps` (or `TFDIST_SLURM_NUM_PS`) > 0, task 0 is the chief, the next
+  `num_ps` tasks are ps and the rest workers (parameter-server training);
+  otherwise every task is a worker (multi-worker mirrored).
+
+  Raises:
+    RuntimeError: not inside a SLURM job step.
+    ValueError: inconsistent SLURM variables or too few tasks for `num_ps`.
+  """
+  environ = os.environ if environ is None else environ
+  missing = [name for name in _REQUIRED if name not in environ]
+  if missing:
+    raise RuntimeError(
+        f"Not inside a SLURM job step: {missing} unset. Start the tasks with srun "
+        f"inside sbatch or salloc. Received: SLURM_JOB_ID={environ.get('SLURM_JOB_ID')!r}")
+  nodes, per_node = _expand(environ)
+  num_tasks = int(environ["SLURM_STEP_NUM_TASKS"])
+  if len(nodes) != len(per_node) or sum(per_node) != num_tasks:
+    raise ValueError(
+        "SLURM's step variables disagree: SLURM_STEP_NODELIST has "
+        f"{len(nodes)} node(s) with {per_node} task(s) each but SLURM_STEP_NUM_TASKS is "
+        f"{num_tasks}. Received: {environ['SLURM_STEP_NODELIST']!r}, "
+        f"{environ['SLURM_STEP_TASKS_PER_NODE']!r}")
+  base = port_base(environ)
+  addresses: List[str] = [f"{node}:{base + local}"
+                          for node, count in zip(nodes, per_node) for local in range(count)]
+  if num_ps is None:
+    num_ps = int(environ.get(NUM_PS_ENV, "0") or 0)
+  rank = int(environ["SLURM_PROCID"])
+  if num_ps:
+    if num_tasks < num_ps + 2:
+      raise ValueError(
+          f"Parameter-server training needs a chief, {num_ps} ps and at least one "
+          f"worker: {num_ps + 2} tasks, but the step has {num_tasks}. Ask sbatch for "
+          f"--ntasks={num_ps + 2} or more. Received: num_ps={num_ps}")
+    jobs = {cluster_lib.CHIEF: addresses[:1], cluster_lib.PS: addresses[1:1 + num_ps],
+            cluster_lib.WORKER: addresses[1 + num_ps:]}
+    if rank == 0:
+      task = cluster_lib.TaskSpec(cluster_lib.CHIEF, 0)
+    elif rank <= num_ps:
+      task = cluster_lib.TaskSpec(cluster_lib.PS, rank - 1)
+    else:
+      task = cluster_lib.TaskSpec(cluster_lib.WORKER, rank - 1 - num_ps)
+  else:
+    jobs = {cluster_lib.WORKER: addresses}
+    task = cluster_lib.TaskSpec(cluster_lib.WORKER, rank)
+  return cluster_lib.ClusterSpec(jobs, task=task)
+
+
+class SLURMEnvironment(environment.ClusterEnvironment):
+  """A task of a SLURM job step of 2 or more tasks (started by srun)."""
+
+  name = "slurm"
+
+  def detect(self, environ: Mapping[str, str]) -> bool:
+    return in_slurm_step(environ) and environ["SLURM_STEP_NUM_TASKS"].isdigit() \
+        and int(environ["SLURM_STEP_NUM_TASKS"]) > 1
+
+  def cluster_spec(self, environ: Mapping[str, str]) -> cluster_lib.ClusterSpec:
+    return cluster_spec_from_slurm(environ)
+
+
+environment.register(SLURMEnvironment())

@@ -1,0 +1,17 @@
+"""Input: pipelines, the data that ships with tfdist, and what each replica receives.
+
+- `pipeline`: `build` puts a dataset through the known-good order (its names
+  are re-exported here, so `tfdist.data.build` is the pipeline builder);
+- `digits`: the embedded digits (scikit-learn's 1,797 8x8 images), the default job's data;
+- `tfds_digits`: the same digits as a TFDS dataset of TFRecord shards, for
+  `tfds.load` and FILE auto-sharding without a network;
+- `distributed_input`: shard policies, `explain`, and distributing a dataset or
+  a `dataset_fn` under a strategy;
+- `input_report`: whether a job waits for its input, measured during `fit`.
+"""
+
+from tfdist.data.pipeline import (AUTOTUNE, Map, PipelineOptions, build, from_files,
+                                  from_tensors, from_tfds, random_crop_and_flip)
+
+__all__ = ["AUTOTUNE", "Map", "PipelineOptions", "build", "from_files", "from_tensors",
+           "from_tfds", "random_crop_and_flip"]

@@ -1,0 +1,181 @@
+"""How much of each training step waits for input, and what to do about it.
+
+Keras fetches the next batch inside its compiled step, so waiting cannot be
+timed from Python. `InputBoundReport` times Keras's compiled train function
+during `fit`, and at each epoch's end times the same function on one cached
+batch, which needs no input work: the difference is the wait. Weights and
+optimizer state are restored after each probe, so training is unaffected. For custom loops,
+`input_wait_share` times `next(iterator)` and the step separately.
+
+Thresholds are the TF profiler's: under 5% fine, 5-20% moderately, 20% or more
+highly input-bound.
+
+Example:
+
+>>> report = InputBoundReport(dataset_fn)
+>>> model.fit(distribute_function(strategy, dataset_fn), callbacks=[report], ...)
+input-bound: 37% of step time waiting for data (highly input-bound: ...)
+"""
+
+import dataclasses
+import statistics
+import time
+from typing import Callable, Iterator, List, Optional
+
+import tensorflow as tf
+import tf_keras
+
+from tfdist.data import distributed_input
+
+
+@dataclasses.dataclass(frozen=True)
+class InputBound:
+  """The measured share of step time spent waiting for input."""
+
+  share: float
+  step_ms: float
+  compute_ms: float
+
+  @property
+  def verdict(self) -> str:
+    if self.share < 0.05:
+      return "not input-bound"
+    if self.share < 0.20:
+      return "moderately input-bound"
+    return "highly input-bound"
+
+  @property
+  def suggestion(self) -> str:
+    if self.share < 0.05:
+      return "the input pipeline keeps up; nothing to do"
+    return ("use tfdist.data.build (parallel map and prefetch with AUTOTUNE), cache "
+            "what is the same every epoch, batch before cheap maps, and use stateless "
+            "random ops in augmentation")
+
+  def __str__(self) -> str:
+    return (f"input-bound: {100 * self.share:.0f}% of step time waiting for data "
+            f"({self.verdict}: step {self.step_ms:.2f} ms, of which compute "
+            f"{self.compute_ms:.2f} ms; {self.suggestion})")
+
+
+def _share(step_seconds: float, compute_seconds: float) -> InputBound:
+  share = min(1.0, max(0.0, 1.0 - compute_seconds / step_seconds)) if step_seconds else 0.0
+  return InputBound(share=share, step_ms=1000 * step_seconds, compute_ms=1000 * compute_seconds)
+
+
+def input_wait_share(iterator: Iterator, step_fn: Callable, steps: int = 20,
+                     warmup: int = 2) -> InputBound:
+  """For custom loops: times fetching each batch and running the step, separately.
+
+  Args:
+    iterator: yields batches (a dataset or distributed dataset iterator).
+    step_fn: runs one step on a batch (e.g. a tf.function calling strategy.run).
+    steps: steps to time after `warmup` untimed ones.
+  """
+  fetch, compute = [], []
+  for i in range(warmup + steps):
+    start = time.perf_counter()
+    batch = next(iterator)
+    fetched = time.perf_counter()
+    result = step_fn(batch)
+    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, result)
+    done = time.perf_counter()
+    if i >= warmup:
+      fetch.append(fetched - start)
+      compute.append(done - fetched)
+  compute_seconds = statistics.median(compute)
+  return _share(compute_seconds + statistics.median(fetch), compute_seconds)
+
+
+class InputBoundReport(tf_keras.callbacks.Callback):
+  """Prints, at the end of `fit`, the share of step time spent waiting for data.
+
+  At the end of each epoch after the first (the first fills caches and
+  traces), it times `probe_steps` calls of the compiled step on one cached
+  batch, then puts the weights and optimizer state back. Each epoch's share
+  compares that epoch's steps with its probe, so both see the machine in the
+  same state; the report is the median over epochs (with one epoch, that one).
+
+  Args:
+    dataset_fn: the `dataset_fn(input_context)` that feeds `fit` (see
+      `tfdist.data.distributed_input.distribute_function`).
+    probe_steps: compiled-step calls timed on the cached batch per epoch.
+    verbose: print the report at the end of training.
+
+  Attributes:
+    result: the `InputBound` measured, or None (e.g. under parameter servers,
+      where steps run on remote workers).
+    per_epoch: the `InputBound` of each measured epoch.
+  """
+
+  def __init__(self, dataset_fn: Callable, *, probe_steps: int = 10, verbose: bool = True):
+    super().__init__()
+    self.dataset_fn = dataset_fn
+    self.probe_steps = probe_steps
+    self.verbose = verbose
+    self.result: Optional[InputBound] = None
+    self.per_epoch: List[InputBound] = []
+
+  def on_train_begin(self, logs=None):
+    # Time exactly the compiled step Keras calls (fetch included), and nothing of
+    # Keras's own per-step Python work, so both timings measure the same thing.
+    self._train_function = self.model.train_function
+    self._calls = 0
+    self._epoch_steps: List[float] = []
+    self.per_epoch = []
+    self._cached = None
+    strategy = self.model.distribute_strategy
+    self._enabled = not isinstance(strategy, tf.distribute.ParameterServerStrategy)
+    self._last_epoch = self.params.get("epochs", 1) - 1
+
+    def timed(iterator):
+      start = time.perf_counter()
+      outputs = self._train_function(iterator)
+      self._calls += 1
+      if self._calls > 3:  # Leave out tracing and the first steps.
+        self._epoch_steps.append(time.perf_counter() - start)
+      return outputs
+
+    if self._enabled:
+      self.model.train_function = timed
+
+  def on_epoch_end(self, epoch, logs=None):
+    steps, self._epoch_steps = self._epoch_steps, []
+    if not self._enabled or not steps or (epoch == 0 and self._last_epoch > 0):
+      return
+    compute = self._time_compute(self.model.distribute_strategy)
+    self.per_epoch.append(_share(statistics.median(steps), compute))
+
+  def on_train_end(self, logs=None):
+    if self._enabled:
+      self.model.train_function = self._train_function
+    if not self.per_epoch:
+      return
+    self.result = sorted(self.per_epoch, key=lambda r: r.share)[(len(self.per_epoch) - 1) // 2]
+    if self.verbose:
+      print(self.result, flush=True)
+
+  def _time_compute(self, strategy) -> float:
+    if self._cached is None:
+      def cached_fn(context):
+        # Ends in a prefetch like the pipeline it stands in for, so the step
+        # pops a ready batch and no cache read is counted as compute.
+        return self.dataset_fn(context).take(1).cache().repeat().prefetch(tf.data.AUTOTUNE)
+      self._cached = iter(distributed_input.distribute_function(strategy, cached_fn))
+    model = self.model
+    weights = model.get_weights()
+    optimizer_state = [v.numpy() for v in model.optimizer.variables()]
+    try:
+      train_function = self._train_function
+      for _ in range(2):  # Fill the cache and settle.
+        train_function(self._cached)
+      seconds = []
+      for _ in range(self.probe_steps):
+        start = time.perf_counter()
+        tf.nest.map_structure(lambda t: t.numpy(), train_function(self._cached))
+        seconds.append(time.perf_counter() - start)
+      return statistics.median(seconds)
+    finally:
+      model.set_weights(weights)
+      for variable, value in zip(model.optimizer.variables(), optimizer_state):
+        variable.assign(value)

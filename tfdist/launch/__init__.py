@@ -1,0 +1,28 @@
+"""Launching: one command as every task of a cluster, here, on SLURM or on Kubernetes.
+
+- `launcher`: the `Launcher` contract, the `Job` it runs, and the registry
+  that `tfdist launch` dispatches on;
+- `local`: processes on this machine (`launch_local`, `LocalLauncher`);
+- `private_network`: the loopback-only network namespace local tasks run in;
+- `notebook`: a function or script as a local cluster, from a notebook cell;
+- `slurm`: sbatch submission from the template in `templates/`;
+- `kubernetes`: TFJob and Indexed Job manifests.
+
+Example:
+
+>>> from tfdist import launch
+>>> launch.launch_local(["python", "train.py"], ClusterSpec.local(workers=2))
+0
+"""
+
+from tfdist.launch.launcher import Job, Launcher, available_launchers, make_launcher
+from tfdist.launch.local import (NETWORKS, TIMEOUT_EXIT_CODE, LaunchError, LocalLauncher,
+                                 launch_local, must_finish, task_environment)
+from tfdist.launch.notebook import notebook_launch
+# Registered on import; their own dependencies (PyYAML, sbatch) load only when used.
+from tfdist.launch import kubernetes  # pylint: disable=g-bad-import-order
+from tfdist.launch import slurm
+
+__all__ = ["Job", "LaunchError", "Launcher", "LocalLauncher", "NETWORKS", "TIMEOUT_EXIT_CODE",
+           "available_launchers", "launch_local", "make_launcher", "must_finish",
+           "notebook_launch", "task_environment"]

@@ -1,0 +1,206 @@
+"""Kubernetes manifests for a TF cluster: a Kubeflow TFJob, or plain Indexed Jobs.
+
+Both come from the same task counts, and `pod_tf_configs` tells what TF_CONFIG
+each pod gets, so that a test (or a curious user) can check them without a cluster.
+
+- `tfjob(...)`: Kubeflow's TFJob (Chief/Worker/PS replicas); the training
+  operator writes TF_CONFIG into every pod itself.
+- `indexed_jobs(...)`: one Indexed Job per task type plus a headless Service, for
+  clusters without Kubeflow (TFJob is deprecated in Kubeflow Trainer v2). Each pod
+  builds its TF_CONFIG from its `JOB_COMPLETION_INDEX`.
+
+Nothing from this machine's environment goes into a manifest: only the image,
+command and TF_CONFIG.
+
+Example:
+
+>>> docs = indexed_jobs("mnist", image="me/train:1", command=["python", "train.py"],
+...                     workers=2)
+>>> print(to_yaml(docs))          # kubectl apply -f -
+"""
+
+import json
+import re
+import sys
+from typing import Dict, List, Optional, Sequence, TextIO
+
+from tfdist.cluster import kubernetes as kubernetes_environment
+from tfdist.cluster import spec as cluster_lib
+from tfdist.launch import launcher as launcher_lib
+
+PORT = 2222  # The port the TFJob operator uses; kept the same for Indexed Jobs.
+_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,40}[a-z0-9])?$")
+_TFJOB_TYPES = {cluster_lib.CHIEF: "Chief", cluster_lib.WORKER: "Worker",
+                cluster_lib.PS: "PS"}
+
+
+def _counts(workers: int, ps: int, chief: bool) -> Dict[str, int]:
+  for field, value, low in (("workers", workers, 1), ("ps", ps, 0)):
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+      raise ValueError(f"`{field}` must be an integer >= {low}. Received: {value!r}")
+  counts = {cluster_lib.CHIEF: int(bool(chief)), cluster_lib.WORKER: workers,
+            cluster_lib.PS: ps}
+  return {job: n for job, n in counts.items() if n}
+
+
+def _check(name: str, image: str, command: Sequence[str]) -> None:
+  if not isinstance(name, str) or not _NAME.match(name):
+    raise ValueError(
+        "`name` must be a DNS label: lower-case letters, digits and '-', starting with "
+        f"a letter, at most 42 characters, e.g. 'mnist-train'. Received: {name!r}")
+  if not image:
+    raise ValueError(f"`image` is empty: give the container image that holds your code, "
+                     f"e.g. 'registry.example.com/train:1'. Received: {image!r}")
+  if not command or isinstance(command, str):
+    raise ValueError("`command` must be a non-empty list, e.g. ['python', 'train.py']. "
+                     f"Received: {command!r}")
+
+
+def tfjob_cluster(name: str, *, workers: int, ps: int = 0, chief: bool = False,
+                  namespace: str = "default") -> cluster_lib.ClusterSpec:
+  """The cluster the TFJob operator puts in TF_CONFIG: one Service per pod."""
+  jobs = {job: [f"{name}-{job}-{i}.{namespace}.svc:{PORT}" for i in range(n)]
+          for job, n in _counts(workers, ps, chief).items()}
+  return cluster_lib.ClusterSpec(jobs)
+
+
+def indexed_cluster(name: str, *, workers: int, ps: int = 0, chief: bool = False,
+                    namespace: str = "default") -> cluster_lib.ClusterSpec:
+  """The cluster of `indexed_jobs`: pod `<name>-<type>-<i>` under the headless Service."""
+  jobs = {job: [f"{name}-{job}-{i}.{name}.{namespace}.svc:{PORT}" for i in range(n)]
+          for job, n in _counts(workers, ps, chief).items()}
+  return cluster_lib.ClusterSpec(jobs)
+
+
+def _container(image: str, command: Sequence[str], **extra) -> dict:
+  return {"name": "tensorflow", "image": image, "command": list(command),
+          "ports": [{"name": "tfjob-port", "containerPort": PORT}], **extra}
+
+
+def tfjob(name: str, *, image: str, command: Sequence[str], workers: int, ps: int = 0,
+          chief: bool = False, namespace: str = "default") -> List[dict]:
+  """A Kubeflow TFJob manifest (a list with one document).
+
+  Raises:
+    ValueError: a bad name, image, command or count.
+  """
+  _check(name, image, command)
+  specs = {}
+  for job, n in _counts(workers, ps, chief).items():
+    specs[_TFJOB_TYPES[job]] = {
+        "replicas": n,
+        # PS tasks serve until the job ends; the others restart on failure.
+        "restartPolicy": "Never" if job == cluster_lib.PS else "OnFailure",
+        "template": {"spec": {"containers": [_container(image, command)]}},
+    }
+  return [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+           "metadata": {"name": name, "namespace": namespace},
+           "spec": {"runPolicy": {"cleanPodPolicy": "Running"}, "tfReplicaSpecs": specs}}]
+
+
+# The pod fills in its own index; sh and sed are in every image that has Python.
+_INDEXED_COMMAND = (
+    f'export TF_CONFIG="$(printf %s "${kubernetes_environment.TEMPLATE_ENV}" | '
+    f'sed "s/{kubernetes_environment.INDEX_PLACEHOLDER}/${kubernetes_environment.INDEX_ENV}/")"; '
+    'exec "$@"')
+
+
+def indexed_jobs(name: str, *, image: str, command: Sequence[str], workers: int, ps: int = 0,
+                 chief: bool = False, namespace: str = "default") -> List[dict]:
+  """A headless Service plus one Indexed Job per task type.
+
+  Raises:
+    ValueError: a bad name, image, command or count.
+  """
+  _check(name, image, command)
+  spec = indexed_cluster(name, workers=workers, ps=ps, chief=chief, namespace=namespace)
+  labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "tfdist"}
+  docs = [{"apiVersion": "v1", "kind": "Service",
+           "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+           "spec": {"clusterIP": "None", "selector": dict(labels),
+                    # Peers must resolve before they are "ready": they wait for each other.
+                    "publishNotReadyAddresses": True,
+                    "ports": [{"name": "tfjob-port", "port": PORT}]}}]
+  for job, addresses in spec.jobs.items():
+    template = json.dumps({"cluster": spec.as_dict(), "task": {"type": job, "index": 0}})
+    template = template.replace('"index": 0}',
+                                f'"index": {kubernetes_environment.INDEX_PLACEHOLDER}}}')
+    n = len(addresses)
+    docs.append({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": f"{name}-{job}", "namespace": namespace,
+                     "labels": dict(labels)},
+        "spec": {
+            "completionMode": "Indexed", "completions": n, "parallelism": n,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "subdomain": name,  # Pod <name>-<job>-<i> resolves under the Service.
+                    "restartPolicy": "Never",
+                    "containers": [_container(
+                        image, ["/bin/sh", "-c", _INDEXED_COMMAND, "tfdist", *command],
+                        env=[{"name": kubernetes_environment.TEMPLATE_ENV, "value": template}])],
+                },
+            },
+        },
+    })
+  return docs
+
+
+def pod_tf_configs(docs: List[dict]) -> Dict[str, dict]:
+  """Pod name -> the TF_CONFIG it gets, computed from the manifests alone.
+
+  For a TFJob, what the training operator writes; for Indexed Jobs, what the
+  container's command builds from its index.
+  """
+  configs = {}
+  for doc in docs:
+    if doc["kind"] == "TFJob":
+      name, namespace = doc["metadata"]["name"], doc["metadata"]["namespace"]
+      replicas = {t: s["replicas"] for t, s in doc["spec"]["tfReplicaSpecs"].items()}
+      job_of = {v: k for k, v in _TFJOB_TYPES.items()}
+      cluster = {job_of[t]: [f"{name}-{job_of[t]}-{i}.{namespace}.svc:{PORT}"
+                             for i in range(n)] for t, n in replicas.items()}
+      for t, n in replicas.items():
+        for i in range(n):
+          configs[f"{name}-{job_of[t]}-{i}"] = {"cluster": cluster,
+                                                "task": {"type": job_of[t], "index": i}}
+    elif doc["kind"] == "Job":
+      spec = doc["spec"]
+      container = spec["template"]["spec"]["containers"][0]
+      template = next(e["value"] for e in container["env"]
+                      if e["name"] == kubernetes_environment.TEMPLATE_ENV)
+      for i in range(spec["completions"]):
+        configs[f"{doc['metadata']['name']}-{i}"] = json.loads(
+            kubernetes_environment.fill_template(template, str(i)))
+  return configs
+
+
+def to_yaml(docs: List[dict]) -> str:
+  """The manifests as one multi-document YAML string."""
+  import yaml  # Deferred: only manifest output needs PyYAML.
+  return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+MANIFESTS = {"tfjob": tfjob, "indexed": indexed_jobs}
+
+
+@launcher_lib.register("kubernetes")
+class KubernetesLauncher(launcher_lib.Launcher):
+  """Writes the job's manifests (TFJob or Indexed Jobs) for `kubectl apply -f -`; runs nothing."""
+
+  def __init__(self, *, kind: str = "indexed", image: str, name: str = "tfdist",
+               namespace: str = "default", output: Optional[TextIO] = None):
+    if kind not in MANIFESTS:
+      raise ValueError(f"`kind` must be one of {sorted(MANIFESTS)}. Received: {kind!r}")
+    self.kind, self.image, self.name, self.namespace = kind, image, name, namespace
+    self.output = output
+
+  def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:
+    job, _ = launcher_lib.with_coordinator(job)
+    docs = MANIFESTS[self.kind](self.name, image=self.image, command=command,
+                                workers=job.workers, ps=job.ps, chief=job.chief,
+                                namespace=self.namespace)
+    (self.output or sys.stdout).write(to_yaml(docs))
+    return 0

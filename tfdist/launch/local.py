@@ -1,0 +1,297 @@
+"""Local multi-process clusters: one subprocess per task, each with its TF_CONFIG.
+
+`launch_local(["python", "train.py"], ClusterSpec.local(workers=2))` runs, for
+each task of the spec, the child command line
+
+    TF_CONFIG='{"cluster": {...}, "task": {"type": "worker", "index": i}}' python train.py
+
+in its own process group, prefixes every output line with the task
+(`[worker:1] ...`), and returns 0 only if every task that must finish (chief,
+workers, evaluator) exited with 0. Parameter servers never finish by themselves;
+they are stopped when the others are done. If any task fails, every other task
+is stopped within seconds and the failing task's last lines are shown again.
+In parameter-server training (the spec has ps tasks) workers only serve too, so
+the chief's exit ends the job.
+"""
+
+import collections
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Deque, Dict, List, Mapping, Optional, Sequence, TextIO
+
+from tfdist.cluster import spec as cluster_lib
+from tfdist.launch import launcher as launcher_lib
+from tfdist.launch import private_network
+
+# Seconds between SIGTERM and SIGKILL when stopping a task.
+_GRACE_SECONDS = 5.0
+_TAIL_LINES = 20
+# Exit code for a cluster stopped by the overall timeout, as timeout(1) uses.
+TIMEOUT_EXIT_CODE = 124
+
+
+@dataclasses.dataclass
+class _Task:
+  task: cluster_lib.TaskSpec
+  process: subprocess.Popen
+  tail: Deque[str]
+  reader: threading.Thread
+  must_finish: bool
+
+
+def must_finish(spec: cluster_lib.ClusterSpec, task: cluster_lib.TaskSpec) -> bool:
+  """Whether the cluster is done only when `task` exits.
+
+  With ps tasks (parameter-server training) workers and ps only serve, and the
+  chief's exit ends the job; otherwise every worker trains and must finish.
+  """
+  if task.type in (cluster_lib.CHIEF, cluster_lib.EVALUATOR):
+    return True
+  return task.type == cluster_lib.WORKER and cluster_lib.PS not in spec.jobs
+
+
+def _survivable(spec: cluster_lib.ClusterSpec, task: cluster_lib.TaskSpec) -> bool:
+  """A PSS worker may die: the coordinator reschedules its steps on the others."""
+  return task.type == cluster_lib.WORKER and cluster_lib.PS in spec.jobs
+
+
+class LaunchError(RuntimeError):
+  """A task of a local cluster could not start."""
+
+
+def task_environment(spec: cluster_lib.ClusterSpec, task: cluster_lib.TaskSpec,
+                     base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+  """The environment of one task: `base` (default os.environ) plus its TF_CONFIG."""
+  env = dict(os.environ if base is None else base)
+  env["TF_CONFIG"] = spec.tf_config(task.type, task.index)
+  # Children print as they go, so that prefixed lines interleave in real time.
+  env["PYTHONUNBUFFERED"] = "1"
+  return env
+
+
+def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
+                 timeout: Optional[float] = None,
+                 env: Optional[Mapping[str, str]] = None,
+                 output: Optional[TextIO] = None,
+                 max_restarts: int = 0,
+                 network: str = "auto") -> int:
+  """Runs `command` once per task of `spec` and waits for the cluster.
+
+  Args:
+    command: the child command line, e.g. ["python", "train.py", "--epochs=3"].
+    spec: the cluster; every task gets its own process and TF_CONFIG.
+    timeout: seconds before the whole cluster is stopped (None: no limit).
+    env: base environment for the children (default: this process's).
+    output: where prefixed lines go (default: sys.stdout).
+    max_restarts: how many times a failed task may be restarted. Without ps
+      tasks every task is restarted together (collectives need all of them);
+      a parameter-server worker is restarted alone while the others go on.
+      Training resumes from its backup (see `tfdist.checkpointing`).
+    network: "loopback" runs the tasks in a private network namespace that has
+      only a loopback interface, because TensorFlow's gRPC servers listen on
+      every interface; "host" shares this machine's network; "auto" is
+      loopback when the spec is all-loopback and the kernel allows it.
+
+  Returns:
+    0 if every task that must finish exited with 0; else the first failing
+    task's exit code (negative for a signal), or TIMEOUT_EXIT_CODE.
+
+  Raises:
+    ValueError: empty command, bad max_restarts or network, or ps tasks without a chief.
+    LaunchError: the command cannot be started (e.g. not found).
+  """
+  if not command:
+    raise ValueError("`command` is empty: give the program to run, e.g. "
+                     "['python', 'train.py']. Received: []")
+  if not isinstance(max_restarts, int) or max_restarts < 0:
+    raise ValueError(f"`max_restarts` must be an integer >= 0. Received: {max_restarts!r}")
+  if network not in NETWORKS:
+    raise ValueError(f"`network` must be one of {list(NETWORKS)}. Received: {network!r}")
+  if cluster_lib.PS in spec.jobs and cluster_lib.CHIEF not in spec.jobs:
+    # Nothing would train and nothing would end the job: ps and workers only serve.
+    raise ValueError(
+        "A parameter-server cluster needs a chief: only the chief runs the training "
+        "program, and its exit ends the job. Build the spec with chief=True, e.g. "
+        f"ClusterSpec.local(workers=2, ps=1, chief=True). Received: {spec}")
+  # Checked here: behind `nsenter`, a missing program would only be exit code 127.
+  path = (env or os.environ).get("PATH")
+  if shutil.which(command[0], path=path) is None:
+    raise LaunchError(
+        f"Could not start task {next(spec.tasks())}: {command[0]!r} is not an executable "
+        f"file nor on PATH. Check that the command exists and is executable. "
+        f"Received: command={list(command)!r}")
+  cluster = _Cluster(command, spec, env, output or sys.stdout)
+  with private_network.enter(network, spec, cluster.report) as prefix:
+    cluster.prefix = prefix
+    return cluster.run(timeout, max_restarts)
+
+
+NETWORKS = ("auto", "loopback", "host")
+_RESTART = object()
+
+
+class _Cluster:
+  """The processes of one launch, restarted as the failures allow."""
+
+  def __init__(self, command, spec, env, output):
+    self.command, self.spec, self.env, self.output = list(command), spec, env, output
+    self.prefix: List[str] = []
+    self.lock = threading.Lock()
+    self.tasks: List[_Task] = []
+
+  def run(self, timeout, max_restarts) -> int:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    self.restarts_left = max_restarts
+    while True:
+      try:
+        self.tasks = [self.start(task) for task in self.spec.tasks()]
+        code = self.wait(timeout, deadline)
+      finally:
+        _stop_all(self.tasks)
+      if code is not _RESTART:
+        return code
+
+  def start(self, task) -> _Task:
+    try:
+      process = subprocess.Popen(
+          self.prefix + self.command, env=task_environment(self.spec, task, self.env),
+          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+          start_new_session=True)  # Own process group: stop its children too.
+    except OSError as e:
+      raise LaunchError(
+          f"Could not start task {task}: {e.strerror}. Check that the command "
+          f"exists and is executable. Received: command={self.command!r}") from e
+    tail: Deque[str] = collections.deque(maxlen=_TAIL_LINES)
+    reader = threading.Thread(target=self._pump, args=(process, f"[{task}] ", tail),
+                              daemon=True)
+    reader.start()
+    return _Task(task, process, tail, reader, must_finish(self.spec, task))
+
+  def _pump(self, process, prefix, tail) -> None:
+    for raw in iter(process.stdout.readline, b""):
+      # Children may print anything; never let a bad byte kill the launcher.
+      line = raw.decode("utf-8", errors="replace").rstrip("\n")
+      tail.append(line)
+      with self.lock:
+        self.output.write(prefix + line + "\n")
+        self.output.flush()
+    process.stdout.close()
+
+  def report(self, message: str) -> None:
+    with self.lock:
+      self.output.write(f"[tfdist launch] {message}\n")
+      self.output.flush()
+
+  def wait(self, timeout, deadline):
+    """Returns the cluster's exit code, or _RESTART to start every task again."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    interrupted = []
+
+    def on_signal(signum, frame):
+      interrupted.append(signum)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+      for sig in previous:
+        signal.signal(sig, on_signal)
+    try:
+      while True:
+        if interrupted:
+          self.report(f"received {signal.Signals(interrupted[0]).name}; stopping every task")
+          return 128 + interrupted[0]
+        for t in [t for t in self.tasks if t.process.poll() not in (None, 0)]:
+          code = self._on_failure(t)
+          if code is not None:
+            return code
+        if all(t.process.poll() == 0 for t in self.tasks if t.must_finish):
+          return 0
+        if deadline is not None and time.monotonic() > deadline:
+          running = [str(t.task) for t in self.tasks if t.process.poll() is None]
+          self.report(f"timeout after {timeout:g}s; still running: {running}; "
+                      "stopping every task")
+          return TIMEOUT_EXIT_CODE
+        time.sleep(0.1)
+    finally:
+      if main_thread:
+        for sig, handler in previous.items():
+          signal.signal(sig, handler)
+
+  def _on_failure(self, t: _Task):
+    """Handles a task that exited non-zero: an exit code, _RESTART, or None to go on."""
+    t.reader.join(timeout=2)
+    code = t.process.returncode
+    tail = "\n".join(f"  [{t.task}] {line}" for line in t.tail)
+    what = f"task {t.task} exited with code {code}"
+    if _survivable(self.spec, t.task):
+      others = [str(u.task) for u in self.tasks if u is not t
+                and u.task.type == cluster_lib.WORKER and u.process.poll() is None]
+      if self.restarts_left > 0:
+        self.restarts_left -= 1
+        self.report(f"{what}; restarting it alone ({self.restarts_left} restarts left) "
+                    f"while the coordinator reschedules its steps. Its last lines:\n{tail}")
+        _stop_all([t])  # Its grandchildren too.
+        self.tasks[self.tasks.index(t)] = self.start(t.task)
+        return None
+      if others:
+        self.report(f"{what}; training goes on with {others}. Its last lines:\n{tail}")
+        self.tasks.remove(t)  # Nothing more to wait for; its group is stopped here.
+        _stop_all([t])
+        return None
+    if self.restarts_left > 0:
+      self.restarts_left -= 1
+      self.report(f"{what}; restarting every task ({self.restarts_left} restarts left). "
+                  f"Its last lines:\n{tail}")
+      return _RESTART
+    self.report(f"{what}; stopping the other tasks. Its last lines:\n{tail}")
+    return code
+
+
+def _stop_all(tasks: List[_Task]) -> None:
+  """SIGTERM every task's process group, then SIGKILL what is left after a grace period."""
+  for t in tasks:
+    _signal_group(t.process, signal.SIGTERM)
+  deadline = time.monotonic() + _GRACE_SECONDS
+  for t in tasks:
+    try:
+      t.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+      pass
+  for t in tasks:
+    _signal_group(t.process, signal.SIGKILL)  # Also reaps grandchildren.
+    t.process.wait()
+    t.reader.join(timeout=2)
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+  try:
+    os.killpg(process.pid, sig)
+  except (ProcessLookupError, PermissionError):
+    pass
+
+
+@launcher_lib.register("local")
+class LocalLauncher(launcher_lib.Launcher):
+  """Every task as a process of this machine, on free loopback ports (`launch_local`)."""
+
+  def __init__(self, *, timeout: Optional[float] = None, max_restarts: int = 0,
+               network: str = "auto", env: Optional[Mapping[str, str]] = None,
+               output: Optional[TextIO] = None):
+    self.options = dict(timeout=timeout, max_restarts=max_restarts, network=network, env=env)
+    self.output = output
+
+  def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:
+    output = self.output or sys.stdout
+    job, note = launcher_lib.with_coordinator(job)
+    if note:
+      output.write(f"[tfdist launch] {note}\n")
+    spec = cluster_lib.ClusterSpec.local(job.workers, ps=job.ps, chief=job.chief,
+                                         evaluator=job.evaluator)
+    output.write(f"[tfdist launch] {spec}\n")
+    output.flush()
+    return launch_local(command, spec, output=output, **self.options)

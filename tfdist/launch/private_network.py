@@ -1,0 +1,116 @@
+"""A private network for local clusters: tasks see only loopback, and nothing sees them.
+
+TensorFlow's gRPC servers listen on every interface, whatever host the cluster
+spec names (`ss -ltn` shows `*:PORT` for a task at `localhost:PORT`), and they
+take unauthenticated requests. So a "local" cluster is open to the network.
+On Linux, tfdist runs the tasks of an all-loopback cluster inside a new network
+namespace that has only `lo`: they reach each other and nothing else, and
+nothing outside reaches them.
+
+One holder process creates the namespace (`unshare --user --map-root-user
+--net`, which needs no privileges where user namespaces are enabled), brings
+`lo` up and sleeps; every task joins it with `nsenter`.
+
+Example:
+
+>>> with private_network.enter("auto", spec, print) as prefix:
+...   subprocess.Popen(prefix + ["python", "train.py"], env=...)
+"""
+
+import contextlib
+import shutil
+import subprocess
+import sys
+from typing import Callable, Iterator, List
+
+from tfdist.cluster import spec as cluster_lib
+
+# The holder: in the new namespace `lo` starts down; bring it up (SIOCGIFFLAGS,
+# SIOCSIFFLAGS with IFF_UP), say so, then live until the launcher closes stdin.
+_HOLDER = """
+import fcntl, socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+flags = struct.unpack("16sH14s", fcntl.ioctl(s, 0x8913, struct.pack("16sH14s", b"lo", 0, b"")))[1]
+fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", flags | 1, b""))
+print("ready", flush=True)
+sys.stdin.read()
+"""
+_START_SECONDS = 10
+
+
+class Unavailable(RuntimeError):
+  """This machine cannot create a private network namespace."""
+
+
+@contextlib.contextmanager
+def enter(network: str, spec: cluster_lib.ClusterSpec,
+          report: Callable[[str], None]) -> Iterator[List[str]]:
+  """Yields the command prefix that runs a task in the cluster's network.
+
+  Args:
+    network: "loopback" (private namespace, or an error), "host" (no prefix),
+      or "auto" (loopback when `spec` is all-loopback and the kernel allows it).
+    spec: the cluster.
+    report: prints one line for the user.
+
+  Raises:
+    ValueError: "loopback" for a spec that names other hosts.
+    Unavailable: "loopback" where no namespace can be created.
+  """
+  if network == "host":
+    yield []
+    return
+  if not spec.is_loopback:
+    if network == "loopback":
+      raise ValueError("network='loopback' needs a cluster on loopback addresses only; "
+                       f"use network='host' for real hosts. Received: hosts {spec.hosts}")
+    yield []
+    return
+  try:
+    holder = _start_holder()
+  except Unavailable as e:
+    if network == "loopback":
+      raise
+    report(f"tasks share this machine's network (TensorFlow's servers listen on every "
+           f"interface): {e}")
+    yield []
+    return
+  try:
+    yield ["nsenter", f"--target={holder.pid}", "--user", "--net",
+           "--preserve-credentials", "--"]
+  finally:
+    holder.stdin.close()
+    try:
+      holder.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+      holder.kill()
+      holder.wait()
+
+
+def _start_holder() -> subprocess.Popen:
+  if not sys.platform.startswith("linux"):
+    raise Unavailable(f"network namespaces are Linux-only. Received: platform {sys.platform}")
+  missing = [tool for tool in ("unshare", "nsenter") if shutil.which(tool) is None]
+  if missing:
+    raise Unavailable(f"install util-linux for {missing}. Received: {missing} not on PATH")
+  holder = subprocess.Popen(
+      ["unshare", "--user", "--map-root-user", "--net", "--", sys.executable, "-c", _HOLDER],
+      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      start_new_session=True)  # Ctrl-C goes to the launcher, which ends the holder.
+  ready = _first_line(holder)
+  if ready != "ready":
+    holder.kill()
+    _, err = holder.communicate()
+    raise Unavailable("could not create a private network namespace (are unprivileged user "
+                      "namespaces disabled? sysctl kernel.unprivileged_userns_clone). "
+                      f"Received: {err.strip().splitlines()[-1:] or ready!r}")
+  return holder
+
+
+def _first_line(process: subprocess.Popen) -> str:
+  import threading  # Reading a pipe has no timeout of its own.
+  line = []
+  reader = threading.Thread(target=lambda: line.append(process.stdout.readline()), daemon=True)
+  reader.start()
+  reader.join(_START_SECONDS)
+  return line[0].strip() if line else ""

@@ -1,0 +1,171 @@
+"""Submitting a tfdist job to SLURM with sbatch, and waiting for it.
+
+`submit_and_wait(["python", "train.py"], ntasks=2)` renders the sbatch template
+(`tfdist/launch/templates/slurm.sbatch`; `launch/slurm/tfdist.sbatch`, where
+users read and copy it, is a link to it, checked by a test), submits it,
+streams the job's output as it grows, and returns the job's exit code. The
+script it submits runs
+
+    srun --kill-on-bad-exit=1 --label python train.py
+
+so every task's line starts with its rank, and one failing task ends the job.
+"""
+
+import os
+import re
+import shlex
+import string
+import subprocess
+import sys
+import time
+from typing import Mapping, Optional, Sequence, TextIO
+
+from tfdist.launch import launcher as launcher_lib
+
+TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "slurm.sbatch")
+_POLL_SECONDS = 1.0
+
+
+class SlurmError(RuntimeError):
+  """sbatch, squeue or scontrol failed or said something unexpected."""
+
+
+def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
+           job_name: str = "tfdist", time_minutes: int = 60,
+           extra_directives: Sequence[str] = (), template: Optional[str] = None) -> str:
+  """The sbatch script text for `command`.
+
+  Raises:
+    ValueError: too few tasks, or a template field left unfilled.
+  """
+  if ntasks < 1:
+    raise ValueError(f"`ntasks` must be >= 1. Received: {ntasks!r}")
+  with open(template or TEMPLATE) as f:
+    text = f.read()
+  try:
+    return string.Template(text).substitute(
+        job_name=job_name, ntasks=ntasks, output=output, time_minutes=time_minutes,
+        num_ps=num_ps, command=shlex.join(command),
+        extra_directives="\n".join(f"#SBATCH {d}" for d in extra_directives))
+  except (KeyError, ValueError) as e:
+    raise ValueError(f"The sbatch template {template or TEMPLATE} has a field tfdist does "
+                     f"not fill. Received: {e}") from e
+
+
+def _run(args: Sequence[str], env: Optional[Mapping[str, str]]) -> str:
+  try:
+    result = subprocess.run(list(args), capture_output=True, text=True, timeout=60,
+                            env=None if env is None else dict(env))
+  except FileNotFoundError as e:
+    raise SlurmError(
+        f"`{args[0]}` is not installed here: run on a SLURM login node, or install "
+        f"SLURM's client tools (Debian: slurm-client). Received: {e}") from e
+  if result.returncode != 0:
+    raise SlurmError(f"`{shlex.join(args)}` failed with exit code {result.returncode}: "
+                     f"{result.stderr.strip() or result.stdout.strip()}")
+  return result.stdout
+
+
+def job_state(job_id: str, env=None) -> Optional[str]:
+  """The job's state (RUNNING, COMPLETED, ...), or None once SLURM forgot it."""
+  out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True,
+                       timeout=60, env=None if env is None else dict(env)).stdout
+  match = re.search(r"JobState=(\w+)", out)
+  return match.group(1) if match else None
+
+
+def exit_code(job_id: str, env=None) -> int:
+  """The job's exit code (a signal counts as 128 + signal)."""
+  out = _run(["scontrol", "show", "job", job_id], env)
+  match = re.search(r"\bExitCode=(\d+):(\d+)", out)
+  if not match:
+    raise SlurmError(f"No ExitCode in `scontrol show job {job_id}`. Received: {out[:500]!r}")
+  code, signal_number = int(match.group(1)), int(match.group(2))
+  return code if code or not signal_number else 128 + signal_number
+
+
+_DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+         "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+
+
+def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
+                    workdir: Optional[str] = None, timeout: Optional[float] = None,
+                    env: Optional[Mapping[str, str]] = None, output: Optional[TextIO] = None,
+                    **render_options) -> int:
+  """Submits `command` as an ntasks-task job, streams its output, returns its exit code.
+
+  Args:
+    command: what every task runs.
+    ntasks: SLURM tasks, one TensorFlow task each.
+    num_ps: parameter servers among them (task 0 is then the chief).
+    workdir: where the script and the job's output go (default: current dir).
+    timeout: seconds before the job is cancelled (exit code 124).
+    env: the environment sbatch exports to the job (default: this one).
+    output: where to stream the job's output (default: sys.stdout).
+    **render_options: passed to `render` (job_name, time_minutes, template, ...).
+
+  Raises:
+    SlurmError: sbatch failed, e.g. no SLURM controller.
+  """
+  output = output or sys.stdout
+  workdir = os.path.abspath(workdir or os.getcwd())
+  log_path = os.path.join(workdir, "tfdist-slurm-%j.out")
+  script = render(command, ntasks=ntasks, num_ps=num_ps, output=log_path, **render_options)
+  script_path = os.path.join(workdir, "tfdist-job.sbatch")
+  with open(script_path, "w") as f:
+    f.write(script)
+  job_id = _run(["sbatch", "--parsable", f"--chdir={workdir}", script_path],
+                env).strip().split(";")[0]
+  output.write(f"[tfdist launch] submitted SLURM job {job_id} ({script_path})\n")
+  output.flush()
+  log_path = log_path.replace("%j", job_id)
+  deadline = None if timeout is None else time.monotonic() + timeout
+  position = 0
+  while True:
+    state = job_state(job_id, env)
+    position = _stream(log_path, position, output)
+    if state is None or state in _DONE:
+      break
+    if deadline is not None and time.monotonic() > deadline:
+      subprocess.run(["scancel", job_id], env=None if env is None else dict(env),
+                     capture_output=True, timeout=60)
+      output.write(f"[tfdist launch] timeout after {timeout:g}s: cancelled job {job_id}\n")
+      return 124
+    time.sleep(_POLL_SECONDS)
+  time.sleep(_POLL_SECONDS)  # Let the last lines reach the file.
+  _stream(log_path, position, output)
+  code = exit_code(job_id, env)
+  output.write(f"[tfdist launch] SLURM job {job_id} ended {state}, exit code {code}\n")
+  output.flush()
+  return code
+
+
+def _stream(path: str, position: int, output: TextIO) -> int:
+  if not os.path.exists(path):
+    return position
+  with open(path, "rb") as f:
+    f.seek(position)
+    data = f.read()
+  # Only whole lines: a half-written one comes next time.
+  end = data.rfind(b"\n") + 1
+  if end:
+    output.write(data[:end].decode("utf-8", errors="replace"))
+    output.flush()
+  return position + end
+
+
+@launcher_lib.register("slurm")
+class SlurmLauncher(launcher_lib.Launcher):
+  """One SLURM task per TF task, submitted with sbatch (`submit_and_wait`)."""
+
+  def __init__(self, *, timeout: Optional[float] = None, workdir: Optional[str] = None,
+               env: Optional[Mapping[str, str]] = None, output: Optional[TextIO] = None,
+               **render_options):
+    self.options = dict(timeout=timeout, workdir=workdir, env=env, output=output,
+                        **render_options)
+
+  def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:
+    job, note = launcher_lib.with_coordinator(job)
+    if note:
+      (self.options["output"] or sys.stdout).write(f"[tfdist launch] {note}\n")
+    return submit_and_wait(command, ntasks=job.num_tasks, num_ps=job.ps, **self.options)

@@ -1,0 +1,32 @@
+"""Strategies from a name: one registry of `tf.distribute` strategies for Keras.
+
+Example:
+
+>>> strategy = make_strategy("mirrored", cross_device_ops="reduction_to_one_device")
+>>> with strategy.scope():
+...   model = keras.Sequential([keras.layers.Dense(10)])
+...   model.compile(optimizer="sgd", loss="mse")
+
+Names: one_device, default, mirrored, central_storage (`local`),
+multi_worker_mirrored (`multi_worker_mirrored`), parameter_server
+(`parameter_server`). Each module registers its builder and the cluster
+checks it owns in `registry`. What each returns is the real TensorFlow
+strategy class (the multi-worker and parameter-server ones are thin
+subclasses that refuse Keras 3 up front, see `keras_guard`).
+"""
+
+from tfdist.strategies.registry import (ClusterArg, StrategyEntry, available_strategies,
+                                        make_strategy, register, validate_cluster)
+# Registered on import, in this order.
+from tfdist.strategies import local  # pylint: disable=g-bad-import-order
+from tfdist.strategies import multi_worker_mirrored
+from tfdist.strategies import parameter_server
+from tfdist.strategies.local import CROSS_DEVICE_OPS, CentralStorageStrategy
+from tfdist.strategies.multi_worker_mirrored import (BYTES_PER_PACK, COMMUNICATION,
+                                                     MultiWorkerMirroredStrategy)
+from tfdist.strategies.parameter_server import ParameterServerStrategy
+
+__all__ = ["BYTES_PER_PACK", "COMMUNICATION", "CROSS_DEVICE_OPS", "CentralStorageStrategy",
+           "ClusterArg", "MultiWorkerMirroredStrategy", "ParameterServerStrategy",
+           "StrategyEntry", "available_strategies", "make_strategy", "register",
+           "validate_cluster"]

@@ -1,0 +1,144 @@
+"""Strategies on this machine's devices: default, one_device, mirrored, central_storage.
+
+Without GPUs, logical CPU devices stand in for them (`tfdist.devices`), so
+mirrored and central_storage get one replica per logical device.
+"""
+
+import contextlib
+import logging
+from typing import List, Optional, Sequence
+
+import tensorflow as tf
+
+from tfdist.strategies import registry
+
+logger = logging.getLogger("tfdist")
+
+CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
+
+
+@registry.register("default")
+def _default() -> tf.distribute.Strategy:
+  """TensorFlow's default strategy: no distribution at all."""
+  return tf.distribute.get_strategy()
+
+
+@registry.register("one_device")
+def _one_device(device: Optional[str] = None) -> tf.distribute.Strategy:
+  """One device: the first GPU if there is one, else the CPU."""
+  if device is None:
+    device = "/gpu:0" if tf.config.list_logical_devices("GPU") else "/cpu:0"
+  _check_devices("device", [device])
+  return tf.distribute.OneDeviceStrategy(device)
+
+
+@registry.register("mirrored")
+def _mirrored(devices: Optional[Sequence[str]] = None,
+              cross_device_ops: str = "auto") -> tf.distribute.Strategy:
+  """Synchronous replicas on this machine's devices.
+
+  `devices` defaults to every GPU or, with none, every logical CPU device, so a
+  CPU split by `tfdist.devices.split_physical_device(2)` gives two replicas.
+  `cross_device_ops="auto"` uses NCCL with 2+ GPUs, else reduction to one device.
+  """
+  devices = _compute_devices(devices)
+  return tf.distribute.MirroredStrategy(
+      devices, cross_device_ops=_cross_device_ops(cross_device_ops, devices))
+
+
+class CentralStorageStrategy(tf.distribute.experimental.CentralStorageStrategy):
+  """`CentralStorageStrategy` under which tf_keras learning-rate schedules work.
+
+  tf_keras's optimizer keeps a schedule's current value in a variable created
+  without an aggregation and assigns it in replica context. Under central
+  storage that variable is an AggregatingVariable, and the assign raises "You must
+  specify an aggregation method". Every replica computes the same value, so
+  taking the first replica's is exact.
+  """
+
+  def scope(self):
+    stack = contextlib.ExitStack()
+    stack.enter_context(super().scope())
+    stack.enter_context(tf.variable_creator_scope(_first_replica_learning_rate))
+    return stack
+
+
+def _first_replica_learning_rate(next_creator, **kwargs):
+  if (kwargs.get("name") == "current_learning_rate" and
+      kwargs.get("aggregation") in (None, tf.VariableAggregation.NONE)):
+    kwargs["aggregation"] = tf.VariableAggregation.ONLY_FIRST_REPLICA
+  return next_creator(**kwargs)
+
+
+@registry.register("central_storage")
+def _central_storage(devices: Optional[Sequence[str]] = None,
+                     parameter_device: Optional[str] = None) -> tf.distribute.Strategy:
+  """Replicated compute, variables kept once on `parameter_device` (default the CPU)."""
+  devices = _compute_devices(devices)
+  if parameter_device is not None:
+    _check_devices("parameter_device", [parameter_device])
+  return CentralStorageStrategy(compute_devices=devices, parameter_device=parameter_device)
+
+
+def _compute_devices(devices: Optional[Sequence[str]]) -> List[str]:
+  if devices is None:
+    found = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+    return [d.name for d in found]
+  if isinstance(devices, str) or not devices:
+    raise ValueError(
+        "`devices` must be a non-empty list of device names, e.g. "
+        f"['/cpu:0', '/cpu:1']. Received: devices={devices!r}")
+  _check_devices("devices", devices)
+  return list(devices)
+
+
+def _check_devices(field: str, devices: Sequence[str]) -> None:
+  known = [d.name for d in tf.config.list_logical_devices()]
+  # Compare type and index only: '/cpu:0' and '/job:localhost/device:CPU:0' are one device.
+  available = {_type_and_index(tf.DeviceSpec.from_string(d)) for d in known}
+  for device in devices:
+    try:
+      spec = tf.DeviceSpec.from_string(device)
+    except (ValueError, TypeError):
+      spec = None
+    if spec is None or not spec.device_type:
+      raise ValueError(
+          f"`{field}` entry is not a device name like '/cpu:0' or '/gpu:1'. "
+          f"Received: {device!r}")
+    if _type_and_index(spec) not in available:
+      raise ValueError(
+          f"`{field}` names a device this process does not have. Available: "
+          f"{known}. To get more CPU devices, call "
+          "tfdist.devices.split_physical_device(n) before TensorFlow starts. "
+          f"Received: {device!r}")
+
+
+def _type_and_index(spec: "tf.DeviceSpec"):
+  return spec.device_type.upper(), spec.device_index or 0
+
+
+def _cross_device_ops(name: str, devices: Sequence[str]):
+  if name not in CROSS_DEVICE_OPS:
+    raise ValueError(
+        f"`cross_device_ops` must be one of {list(CROSS_DEVICE_OPS)}. Received: {name!r}")
+  num_gpus = sum("GPU" in d.upper() for d in devices)
+  if name == "auto":
+    if num_gpus >= 2:
+      return tf.distribute.NcclAllReduce()
+    # Not TF's default (CollectiveAllReduce): its collective keys restart with every
+    # new strategy, so a second MirroredStrategy in the same process (a notebook
+    # cell run twice, models trained in a loop) aborts with "Shape mismatch in the
+    # collective instance 100" (tensorflow/tensorflow#62790). Reducing on one
+    # device keeps no such state and costs little without GPUs.
+    name = "reduction_to_one_device"
+  if name == "nccl" and num_gpus < 2:
+    logger.warning(
+        "cross_device_ops='nccl' needs 2 or more GPUs, but the replicas are on %s; "
+        "falling back to 'reduction_to_one_device'. Pass "
+        "cross_device_ops='reduction_to_one_device' to silence this.", list(devices))
+    name = "reduction_to_one_device"
+  return {
+      "nccl": tf.distribute.NcclAllReduce,
+      "hierarchical_copy": tf.distribute.HierarchicalCopyAllReduce,
+      "reduction_to_one_device": tf.distribute.ReductionToOneDevice,
+  }[name]()
