@@ -107,3 +107,65 @@ def test_rendezvous_listens_while_waiting():
   for t in threads:
     t.join(timeout=20)
   assert set(results) == {0, 1}
+
+
+def _rendezvous_all(spec, tasks, timeout):
+  """Runs `rendezvous` for each task in a thread; task -> (seconds, error or None)."""
+  import resource
+  import threading
+  # Each task probes every other at once: 128 tasks hold ~16k sockets together.
+  soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+  resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+  results = {}
+
+  servers = []
+
+  def run(task):
+    start = time.monotonic()
+    try:
+      preflight.rendezvous(spec.with_task(task.type, task.index), timeout=timeout)
+      results[task] = (time.monotonic() - start, None)
+    except preflight.TaskUnreachableError as e:
+      results[task] = (time.monotonic() - start, e)
+      return
+    # What TensorFlow's server does next: take the port, so late peers find it.
+    server = socket.create_server(("localhost", int(spec.address(task).rsplit(":", 1)[1])),
+                                  reuse_port=False, backlog=socket.SOMAXCONN)
+    servers.append(server)
+
+  threads = [threading.Thread(target=run, args=(t,), daemon=True) for t in tasks]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(timeout + 30)
+  for server in servers:
+    server.close()
+  resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+  return results
+
+
+def test_128_tasks_meet_on_loopback():
+  # Before: the listener never accepted and its backlog held 64, so past about
+  # 65 peers healthy tasks timed out.
+  spec = ClusterSpec.local(workers=128)
+  results = _rendezvous_all(spec, list(spec.tasks()), timeout=30)
+  assert len(results) == 128
+  failed = {str(t): str(e)[:200] for t, (_, e) in results.items() if e is not None}
+  assert not failed
+
+
+def test_one_missing_of_128_is_named_within_the_deadline():
+  spec = ClusterSpec.local(workers=128)
+  tasks = list(spec.tasks())
+  missing = tasks.pop(57)
+  results = _rendezvous_all(spec, tasks, timeout=10)
+  assert len(results) == 127
+  for task, (seconds, error) in results.items():
+    assert error is not None, task
+    # Named first, or among the others a late task never saw: on 2 cores, 127
+    # threads start seconds apart, and the first ones give up first.
+    assert (f"Task {missing} at {spec.address(missing)} did not answer within" in str(error)
+            or f"'{missing}'" in str(error).split(". Check")[0]), str(error)[:300]
+    assert seconds < 10 + 2, (task, seconds)
+  named_first = [t for t, (_, e) in results.items() if str(e).startswith(f"Task {missing} ")]
+  assert len(named_first) > 100

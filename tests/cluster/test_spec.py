@@ -66,8 +66,13 @@ class TestBuild:
     assert resolver.cluster_spec().as_dict() == TWO_WORKERS
 
   def test_resolver_needs_a_task(self):
-    with pytest.raises(RuntimeError, match=r"does not say which task.*Received: task=None"):
+    with pytest.raises(ValueError, match=r"does not say which task.*Received: task=None"):
       ClusterSpec(TWO_WORKERS).cluster_resolver()
+
+  def test_a_tf_config_without_a_task_is_a_value_error(self):
+    spec = ClusterSpec.from_tf_config(json.dumps({"cluster": TWO_WORKERS}))
+    with pytest.raises(ValueError, match=r"add TF_CONFIG's 'task'.*Received: task=None"):
+      spec.cluster_resolver()
 
   def test_repr_is_informative(self):
     spec = ClusterSpec(TWO_WORKERS).with_task("worker", 1)
@@ -77,6 +82,12 @@ class TestBuild:
   def test_ipv6_addresses(self):
     spec = ClusterSpec({"worker": ["[::1]:2222", "[::1]:2223"]})
     assert spec.num_workers == 2
+
+  @pytest.mark.parametrize("host", ["node-1", "node-1.example.com", "10.0.0.2", "[fe80::1]",
+                                    "tfdist-worker-0.tfdist.default.svc", "compose_worker_1",
+                                    "a" * 63, "N01"])
+  def test_valid_hosts(self, host):
+    assert ClusterSpec({"worker": [f"{host}:2222"]}).num_workers == 1
 
 
 class TestValidation:
@@ -111,6 +122,16 @@ class TestValidation:
       ({"worker": ["h:0"]}, ValueError, r"bad port '0'"),
       ({"worker": [":2222"]}, ValueError, r"`cluster.worker\[0\]` has no host"),
       ({"worker": [2222]}, TypeError, r"`cluster.worker\[0\]` must be a 'host:port' string"),
+      ({"worker": ["node 1:2222"]}, ValueError,
+       r"`cluster.worker\[0\]` has a host that is not a valid host name or IP address: it "
+       r"holds \[' '\].*Received: 'node 1:2222'"),
+      ({"worker": ["h:1", "no\tde:2222"]}, ValueError,
+       r"`cluster.worker\[1\]` has a host.*it holds \['\\t'\]"),
+      ({"worker": ["nodé:2222"]}, ValueError, r"it holds \['é'\]"),
+      ({"worker": ["-node:2222"]}, ValueError, r"starts or ends with '-'.*Received: '-node:2222'"),
+      ({"worker": ["a..b:2222"]}, ValueError, r"the part '' is empty"),
+      ({"worker": ["999.1.1.1:2222"]}, ValueError, r"'999.1.1.1' is not an IPv4 address"),
+      ({"worker": ["[::g]:2222"]}, ValueError, r"'::g' in brackets is not an IPv6 address"),
       ({"worker": ["h:1"], "ps": ["h:1"]}, ValueError,
        r"`cluster.ps\[0\]` has the same address as `cluster.worker\[0\]`.*Received: 'h:1'"),
       ({"chief": ["h:1", "h:2"]}, ValueError,

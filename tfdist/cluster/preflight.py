@@ -18,10 +18,14 @@ Example:
 >>> wait_for_tasks(spec, timeout=30)   # raises TaskUnreachableError
 """
 
+import errno
 import os
+import selectors
 import socket
+import struct
+import threading
 import time
-from typing import Iterable, Mapping, Optional
+from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from tfdist.cluster import spec as cluster_lib
 
@@ -29,6 +33,10 @@ TIMEOUT_ENV = "TFDIST_PREFLIGHT_TIMEOUT"
 DEFAULT_TIMEOUT = 30.0
 _RETRY_SECONDS = 0.25
 _LINGER_SECONDS = 4 * _RETRY_SECONDS
+# How long one sweep waits for connections to complete; every pending address is
+# probed at once, so a sweep costs this at most whatever the cluster's size.
+_PROBE_SECONDS = 1.0
+_MAX_RETRY_SECONDS = 1.0
 
 
 class TaskUnreachableError(RuntimeError):
@@ -68,9 +76,83 @@ def reachable(address: str, timeout: float = 1.0) -> bool:
     return False
 
 
+def resolve(address: str) -> List[Tuple[int, tuple]]:
+  """(family, socket address) for every address of "host:port"'s host; [] if unknown.
+
+  Every one, as `socket.create_connection` tries them: "localhost" may be ::1
+  first while the task listens on 127.0.0.1 only.
+  """
+  host, port = cluster_lib.split_address(address)
+  try:
+    infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+  except OSError:  # Unknown host: unreachable for now (DNS may catch up).
+    return []
+  return [(family, sockaddr) for family, _, _, _, sockaddr in infos]
+
+
+def _close(sock: socket.socket) -> None:
+  # Reset, not FIN: a probe leaves no TIME_WAIT behind. A cluster's tasks probe
+  # each other every quarter second, and 128 tasks on one host would otherwise
+  # hold tens of thousands of ephemeral ports for a minute, enough to run out.
+  try:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+  except OSError:
+    pass
+  sock.close()
+
+
+def probe(addresses: Iterable[str], timeout: float = _PROBE_SECONDS, *,
+          resolved: Optional[Dict[str, List[Tuple[int, tuple]]]] = None) -> Set[str]:
+  """The addresses that accept a TCP connection, all tried at once within `timeout` seconds.
+
+  `resolved` caches `resolve`'s answers across calls (names that did not
+  resolve are tried again).
+  """
+  resolved = {} if resolved is None else resolved
+  pending: Dict[socket.socket, str] = {}
+  answered: Set[str] = set()
+  with selectors.DefaultSelector() as selector:
+    for address in set(addresses):
+      if not resolved.get(address):
+        resolved[address] = resolve(address)
+      for family, sockaddr in resolved[address]:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        code = sock.connect_ex(sockaddr)
+        if code == 0:
+          answered.add(address)
+          _close(sock)
+        elif code in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
+          pending[sock] = address
+          selector.register(sock, selectors.EVENT_WRITE)
+        else:
+          _close(sock)
+    deadline = time.monotonic() + timeout
+    while pending:
+      remaining = deadline - time.monotonic()
+      # One last look with no wait after the deadline: a busy process may come
+      # back late, and connections that completed meanwhile count.
+      for key, _ in selector.select(timeout=max(0.0, remaining)):
+        sock = key.fileobj
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+          answered.add(pending[sock])
+        selector.unregister(sock)
+        _close(sock)
+        del pending[sock]
+      if remaining <= 0:
+        break
+    for sock in pending:
+      _close(sock)
+  return answered
+
+
 def wait_for_tasks(spec: cluster_lib.ClusterSpec, *, timeout: Optional[float] = None,
                    tasks: Optional[Iterable[cluster_lib.TaskSpec]] = None) -> float:
   """Waits until every task (default: all but `spec.task`) accepts connections.
+
+  Every pending task is probed at once in each sweep, so a cluster of hundreds
+  of tasks takes no longer than one of two, and the error comes within about a
+  second of the deadline however many tasks are missing.
 
   Args:
     spec: the cluster.
@@ -88,10 +170,13 @@ def wait_for_tasks(spec: cluster_lib.ClusterSpec, *, timeout: Optional[float] = 
     tasks = [t for t in spec.tasks() if t != spec.task]
   pending = {t: spec.address(t) for t in tasks if t.type != cluster_lib.EVALUATOR}
   start = time.monotonic()
+  deadline = start + timeout
+  resolved: Dict[str, List[Tuple[int, tuple]]] = {}
+  retry = _RETRY_SECONDS / 1.5
   while pending:
-    for task, address in list(pending.items()):
-      if reachable(address):
-        del pending[task]
+    answered = probe(pending.values(), resolved=resolved,
+                     timeout=min(_PROBE_SECONDS, max(_RETRY_SECONDS, deadline - time.monotonic())))
+    pending = {t: a for t, a in pending.items() if a not in answered}
     if not pending:
       break
     waited = time.monotonic() - start
@@ -105,7 +190,10 @@ def wait_for_tasks(spec: cluster_lib.ClusterSpec, *, timeout: Optional[float] = 
           "TF_CONFIG is right, and that no firewall blocks the port; set "
           f"{TIMEOUT_ENV} to wait longer. Received: cluster={spec.as_dict()}, "
           f"this task={spec.task}")
-    time.sleep(_RETRY_SECONDS)
+    # Back off to a second between sweeps: a large cluster starting up probes
+    # itself N^2 times per sweep, and the tasks still starting need the CPU.
+    retry = min(_MAX_RETRY_SECONDS, retry * 1.5)
+    time.sleep(min(retry, max(0.0, deadline - time.monotonic())))
   return time.monotonic() - start
 
 
@@ -133,12 +221,32 @@ def rendezvous(spec: cluster_lib.ClusterSpec, *, timeout: Optional[float] = None
         f"This task's port is already in use, so TensorFlow could not serve {spec.task} "
         f"there: another job or a leftover process holds it. Stop it, or give this task "
         f"another port in the cluster spec. Received: {own} ({e.strerror})") from e
+  # Peers' probes are accepted and closed at once: a listener that never accepts
+  # fills its backlog, and past it healthy peers would look unreachable.
+  stop = threading.Event()
+  acceptor = threading.Thread(target=_accept_until, args=(listener, stop), daemon=True)
   try:
-    listener.listen(64)
+    listener.listen(socket.SOMAXCONN)
+    acceptor.start()
     waited = wait_for_tasks(spec, timeout=timeout)
     # Stay visible a little longer: a peer may be between two probes and would
     # otherwise look for us in the gap before TensorFlow's server takes the port.
     time.sleep(_LINGER_SECONDS)
     return waited
   finally:
+    stop.set()
+    if acceptor.is_alive():
+      acceptor.join(timeout=2 * _RETRY_SECONDS)
     listener.close()
+
+
+def _accept_until(listener: socket.socket, stop: threading.Event) -> None:
+  listener.settimeout(_RETRY_SECONDS)
+  while not stop.is_set():
+    try:
+      connection, _ = listener.accept()
+    except socket.timeout:
+      continue
+    except OSError:  # Closed under us.
+      return
+    connection.close()

@@ -18,8 +18,10 @@ Example:
 """
 
 import dataclasses
+import ipaddress
 import json
 import os
+import re
 import socket
 import warnings
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -35,6 +37,9 @@ CLUSTER_TASK_TYPES = (CHIEF, WORKER, PS)
 TASK_TYPES = CLUSTER_TASK_TYPES + (EVALUATOR,)
 TF_CONFIG_KEYS = ("cluster", "task", "rpc_layer", "environment")
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+# An RFC 1123 label; "_" too, because container runtimes name hosts with it and
+# resolve those names, and gRPC takes them.
+_LABEL = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,13 +266,16 @@ class ClusterSpec:
     """A `SimpleClusterResolver` for this spec and its task.
 
     Raises:
-      RuntimeError: the spec does not know which task this process is.
+      ValueError: the spec does not know which task this process is.
     """
     import tensorflow as tf  # Deferred: keep this module importable without TF.
     if self.task is None:
-      raise RuntimeError(
+      # A configuration mistake (e.g. a TF_CONFIG with a cluster but no task), not a
+      # wrong order of calls: ValueError.
+      raise ValueError(
           "The cluster spec does not say which task this process is. Use "
-          "`spec.with_task('worker', 0)` or set TF_CONFIG. Received: task=None")
+          "`spec.with_task('worker', 0)` or add TF_CONFIG's 'task', e.g. "
+          '"task": {"type": "worker", "index": 0}. Received: task=None')
     return tf.distribute.cluster_resolver.SimpleClusterResolver(
         self.to_tf(), task_type=self.task.type, task_id=self.task.index,
         rpc_layer="grpc")
@@ -355,10 +363,40 @@ def _validate_address(field: str, address: Any) -> None:
   if not host:
     raise ValueError(
         f"`{field}` has no host. Use e.g. 'localhost:{port}'. Received: {address!r}")
+  problem = _host_problem(host, bracketed=address.startswith("["))
+  if problem:
+    raise ValueError(
+        f"`{field}` has a host that is not a valid host name or IP address: {problem}. "
+        "Use a name like 'node-1.example.com', an IPv4 address like '10.0.0.2', or an "
+        f"IPv6 address in brackets like '[::1]:2222'. Received: {address!r}")
   if not port.isdigit() or not 1 <= int(port) <= 65535:
     raise ValueError(
         f"`{field}` has a bad port {port!r}; a port is an integer from 1 to 65535. "
         f"Received: {address!r}")
+
+
+def _host_problem(host: str, *, bracketed: bool) -> str:
+  """Why `host` is no RFC 1123 name, IPv4 or bracketed IPv6 address; "" if it is one."""
+  if bracketed:
+    try:
+      ipaddress.IPv6Address(host)
+      return ""
+    except ValueError:
+      return f"{host!r} in brackets is not an IPv6 address"
+  if re.fullmatch(r"[0-9.]+", host):
+    try:
+      ipaddress.IPv4Address(host)
+      return ""
+    except ValueError:
+      return f"{host!r} is not an IPv4 address"
+  if len(host) > 253:
+    return f"it is {len(host)} characters long, more than 253"
+  for label in host.rstrip(".").split("."):
+    if not _LABEL.match(label):
+      bad = sorted({c for c in label if not (c.isascii() and (c.isalnum() or c in "-_"))})
+      return (f"it holds {bad}" if bad else
+              f"the part {label!r} is empty, longer than 63 characters, or starts or ends with '-'")
+  return ""
 
 
 def split_address(address: str) -> Tuple[str, Optional[str]]:
