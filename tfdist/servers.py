@@ -5,11 +5,14 @@ processes, for tests, notebooks and `tfdist compare`.
 """
 
 import os
+import sys
+import time
 from typing import List
 
 import tensorflow as tf
 
 from tfdist import cluster as cluster_lib
+from tfdist.cluster import preflight
 
 
 def server_config(num_workers: int) -> "tf.compat.v1.ConfigProto":
@@ -57,17 +60,51 @@ def start_servers(spec: cluster_lib.ClusterSpec,
   return servers
 
 
+# Seconds the chief must stay unreachable, after it was seen, before a serving
+# task takes it as finished: long enough to ride out a slow accept, short enough
+# that a SLURM step or a Kubernetes Job ends within seconds of the chief.
+CHIEF_GONE_SECONDS = 5.0
+_POLL_SECONDS = 1.0
+
+
 def serve(resolver) -> None:
-  """Runs this process as the worker or ps task `resolver` names, until killed.
+  """Runs this process as the worker or ps task `resolver` names, until the chief is done.
 
   In parameter-server training only the coordinator (chief) runs the training
-  program; every worker and ps task just serves. Never returns.
+  program; every worker and ps task just serves. TensorFlow's servers never
+  stop by themselves, so a SLURM step or a Kubernetes Job of them would run
+  until its time limit after training ended. So, when the cluster has a chief,
+  this task watches the chief's port: once the chief has answered and then
+  stays unreachable for `CHIEF_GONE_SECONDS`, the task exits with 0. (The
+  chief's own exit code says whether training succeeded; under SLURM a chief
+  that fails ends the step through `srun --kill-on-bad-exit`.) Never returns.
   """
   # Fail fast on a lost peer so the coordinator can reschedule (TF's PS guide).
   os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
   server = tf.distribute.Server(
       resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
       protocol=resolver.rpc_layer or "grpc", start=True)
-  print(f"tfdist: serving as {resolver.task_type}:{resolver.task_id} at "
-        f"{server.target}", flush=True)
-  server.join()
+  task = f"{resolver.task_type}:{resolver.task_id}"
+  print(f"tfdist: serving as {task} at {server.target}", flush=True)
+  chief = resolver.cluster_spec().as_dict().get(cluster_lib.CHIEF)
+  if not chief:
+    server.join()  # No chief to watch: serve until stopped.
+  wait_for_chief_to_finish(chief[0])
+  print(f"tfdist: the chief at {chief[0]} has finished; {task} stops serving", flush=True)
+  sys.stdout.flush()
+  # TF's server threads never end; exit without waiting for them.
+  os._exit(0)
+
+
+def wait_for_chief_to_finish(address: str) -> None:
+  """Returns once `address` answered and then stayed unreachable for CHIEF_GONE_SECONDS."""
+  seen, gone_since = False, None
+  while True:
+    if preflight.reachable(address, timeout=_POLL_SECONDS):
+      seen, gone_since = True, None
+    elif seen:
+      now = time.monotonic()
+      gone_since = gone_since or now
+      if now - gone_since >= CHIEF_GONE_SECONDS:
+        return
+    time.sleep(_POLL_SECONDS)

@@ -281,3 +281,71 @@ def test_parameter_server_training_survives_a_killed_worker():
   assert epoch_starts(out, "chief:0") == [1, 2, 3, 4, 5, 6]
   accuracy = float(re.search(r"\[chief:0\] strategy=.* accuracy=([\d.]+)", out).group(1))
   assert accuracy > 0.7
+
+
+@pytest.mark.slow
+def test_a_sigkilled_launcher_leaves_no_task_and_no_port_behind(tmp_path):
+  # Before: the tasks, each in its own session, outlived the launcher forever.
+  command = helpers.tfdist_cli("launch", "--chief", "--workers=1", "--ps=1", "--network=host",
+                               "--", sys.executable,
+                               os.path.join(helpers.SCRIPTS, "serve_or_sleep.py"), str(tmp_path))
+  with helpers.spawned(command) as launcher:
+    helpers.wait_for_files(tmp_path, 3, seconds=120)
+    pids = {name: int((tmp_path / name).read_text()) for name in os.listdir(tmp_path)}
+    ports = _listening_ports(pids.values())
+    assert len(ports) >= 2, ports  # The worker's and the ps's TF servers.
+    os.kill(launcher.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids.values()):
+      time.sleep(0.2)
+  left = {name: pid for name, pid in pids.items() if _alive(pid)}
+  assert not left, f"tasks outlived the launcher: {left}"
+  for port in ports:
+    with socket.socket() as s:
+      s.bind(("", port))  # Free again.
+
+
+def _alive(pid: int) -> bool:
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except FileNotFoundError:
+    return False
+
+
+def _listening_ports(pids) -> set:
+  """TCP ports the given processes listen on, from /proc."""
+  inodes = set()
+  for pid in pids:
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+      try:
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+      except OSError:
+        continue
+      if target.startswith("socket:["):
+        inodes.add(target[8:-1])
+  ports = set()
+  for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    with open(table) as f:
+      for row in f.read().splitlines()[1:]:
+        fields = row.split()
+        if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN.
+          ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+  return ports
+
+
+def test_a_sigkilled_launcher_leaves_no_task_behind_in_a_private_network(tmp_path):
+  # The tasks run behind nsenter there: the parent-death signal must survive it.
+  script = ("import json, os, sys, time; t = json.loads(os.environ['TF_CONFIG'])['task']; "
+            "open(os.path.join(sys.argv[1], str(t['index'])), 'w').write(str(os.getpid())); "
+            "time.sleep(300)")
+  command = helpers.tfdist_cli("launch", "--workers=2", "--", sys.executable, "-c", script,
+                               str(tmp_path))
+  with helpers.spawned(command) as launcher:
+    helpers.wait_for_files(tmp_path, 2, seconds=60)
+    pids = [int((tmp_path / name).read_text()) for name in os.listdir(tmp_path)]
+    os.kill(launcher.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+      time.sleep(0.2)
+  assert not [pid for pid in pids if _alive(pid)]

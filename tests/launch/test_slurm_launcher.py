@@ -55,6 +55,26 @@ def test_multi_worker_recipe_trains_under_sbatch(slurm, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.slurm
+def test_a_parameter_server_job_ends_with_its_chief(slurm, tmp_path):
+  # Before: the ps and worker tasks served forever, so the step ran until its
+  # time limit after training ended (here: cancelled by --timeout, exit 124).
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", "--slurm", "--workers=1", "--ps=1", "--timeout=240", f"--workdir={tmp_path}",
+      # 3 tasks on this 2-CPU node: more tasks than CPUs, as SLURM allows when asked.
+      "--sbatch=--overcommit", "--", sys.executable, f"{helpers.REPO}/strategies/parameter_server.py"), timeout=400,
+      env={"SLURM_CONF": slurm.conf})
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert "needs a chief to run the program and end the job; added one" in result.stdout
+  assert re.search(r"SLURM job \d+ ended COMPLETED, exit code 0", result.stdout)
+  # Task 0 is the chief; 1 the ps, 2 the worker: both stop once it is done.
+  assert re.search(r"^1: tfdist: the chief at \S+ has finished; ps:0 stops serving", result.stdout,
+                   re.M)
+  assert re.search(r"^2: tfdist: the chief at \S+ has finished; worker:0 stops serving",
+                   result.stdout, re.M)
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
 def test_a_failing_job_returns_its_exit_code(slurm, tmp_path):
   result = helpers.run(helpers.tfdist_cli(
       "launch", "--slurm", "--workers=2", "--timeout=120", f"--workdir={tmp_path}", "--",

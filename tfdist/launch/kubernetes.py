@@ -12,6 +12,12 @@ each pod gets, so that a test (or a curious user) can check them without a clust
 Nothing from this machine's environment goes into a manifest: only the image,
 command and TF_CONFIG.
 
+With ps tasks, ps and worker pods only serve; each exits with 0 within seconds
+of the chief's end (`tfdist.servers.serve` watches the chief), so their Jobs
+complete when training does, with no success policy needed. Indexed Jobs need
+Kubernetes 1.24 or newer (Indexed completion mode is GA there); the TFJob needs
+Kubeflow's training operator.
+
 Example:
 
 >>> docs = indexed_jobs("mnist", image="me/train:1", command=["python", "train.py"],

@@ -15,6 +15,7 @@ the chief's exit ends the job.
 """
 
 import collections
+import ctypes
 import dataclasses
 import os
 import shutil
@@ -34,6 +35,26 @@ _GRACE_SECONDS = 5.0
 _TAIL_LINES = 20
 # Exit code for a cluster stopped by the overall timeout, as timeout(1) uses.
 TIMEOUT_EXIT_CODE = 124
+
+
+# Linux's prctl(PR_SET_PDEATHSIG): the kernel signals the child when its parent
+# dies, even by SIGKILL, which no handler of the launcher's can see. Resolved
+# here, not in the child: between fork and exec nothing may load a library.
+_PR_SET_PDEATHSIG = 1
+try:
+  _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # Not Linux: tasks outlive a killed launcher.
+  _prctl = None
+
+
+def _die_with_launcher(launcher_pid: int):
+  """A preexec_fn: the task gets SIGKILL when the launcher dies, however it dies."""
+  def preexec():
+    if _prctl is not None:
+      _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != launcher_pid:  # The launcher died before prctl took effect.
+      os._exit(1)
+  return preexec
 
 
 @dataclasses.dataclass
@@ -162,7 +183,8 @@ class _Cluster:
       process = subprocess.Popen(
           self.prefix + self.command, env=task_environment(self.spec, task, self.env),
           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-          start_new_session=True)  # Own process group: stop its children too.
+          start_new_session=True,  # Own process group: stop its children too.
+          preexec_fn=_die_with_launcher(os.getpid()))
     except OSError as e:
       raise LaunchError(
           f"Could not start task {task}: {e.strerror}. Check that the command "
