@@ -66,3 +66,31 @@ def test_warm_up_trains_and_serializes():
 def test_steps_per_execution_amortises_only_with_replicas():
   assert scaling.steps_per_execution(tfdist.make_strategy("mirrored")) == 10
   assert scaling.steps_per_execution(tfdist.make_strategy("one_device")) == 1
+
+
+def test_warm_up_into_a_schedule_round_trips_through_its_config(tmp_path):
+  # Before: from_config got the target schedule as a dict and failed.
+  decay = keras.optimizers.schedules.CosineDecay(0.4, decay_steps=100, alpha=0.05)
+  lr = scaling.WarmUp(0.1, target=decay, warmup_steps=10)
+  again = scaling.WarmUp.from_config(lr.get_config())
+  for step in (0, 5, 10, 50, 200):
+    assert float(again(step)) == pytest.approx(float(lr(step)))
+  model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+  model.compile(optimizer=keras.optimizers.SGD(lr), loss="mse")
+  model.save(tmp_path / "model.keras")
+  loaded = keras.models.load_model(tmp_path / "model.keras")
+  schedule = keras.optimizers.schedules.deserialize(
+      loaded.optimizer.get_config()["learning_rate"])
+  assert isinstance(schedule, scaling.WarmUp)
+  assert float(schedule(50)) == pytest.approx(float(lr(50)))
+
+
+def test_warm_up_into_a_schedule_ramps_to_its_first_value():
+  # Before: the ramp aimed at the schedule's value at negative steps. Now it
+  # equals tf_keras's own CosineDecay with warmup_target, which `tfdist train` uses.
+  keras_lr = keras.optimizers.schedules.CosineDecay(0.01, decay_steps=17, alpha=0.05,
+                                                    warmup_target=0.02, warmup_steps=5)
+  ours = scaling.WarmUp(0.01, target=keras.optimizers.schedules.CosineDecay(
+      0.02, decay_steps=17, alpha=0.05), warmup_steps=5)
+  for step in (0, 3, 5, 10, 22, 40):
+    assert float(ours(step)) == pytest.approx(float(keras_lr(step)), rel=1e-5), step

@@ -15,9 +15,11 @@ Example:
 """
 
 import contextlib
+import inspect
 import os
 import signal
 import threading
+import time
 from typing import Iterator, Optional
 
 import tensorflow as tf
@@ -80,100 +82,205 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
   """Keras's `BackupAndRestore`, plus a backup when the task gets SIGTERM.
 
   Backs up at the end of every epoch. When SIGTERM arrives (what SLURM and
-  Kubernetes send before they stop a task), it backs up at the next check
-  (every `check_every` batches), prints where, and exits with
-  `PREEMPTED_EXIT_CODE`. A restarted job resumes at the next batch. Under
-  MultiWorkerMirroredStrategy the workers agree through an all-reduce, so a
-  SIGTERM to any one worker makes all of them save at the same step.
+  Kubernetes send before they stop a task, 30 s before SIGKILL by default),
+  it backs up at the next check, prints where, and exits with
+  `PREEMPTED_EXIT_CODE`. Checks come about every `check_seconds` of training
+  (or every `check_every` batches if given), so the backup fits in the grace
+  period however long a step takes. Under MultiWorkerMirroredStrategy the
+  workers agree through one small all-reduce per check, so a SIGTERM to any
+  one worker makes all of them save at the same step, and all of them derive
+  the next check's batch from the same reduced timing. A restarted job
+  resumes at the next batch. Under ParameterServerStrategy Keras keeps no
+  batch counters: the chief checks after every scheduled step, backs up the
+  variables as they are, and a restarted job runs the interrupted epoch again
+  from its start, with those variables.
 
-  tf_keras's own `save_before_preemption` only works on Google Cloud
-  (`distributed_file_utils.support_on_demand_checkpoint_callback`); this works
-  anywhere. Under ParameterServerStrategy Keras keeps no batch counters, so
-  there a job resumes at the last finished epoch.
+  The handler is active only while `fit` runs: on SIGTERM outside `fit` (which
+  ended, even by an exception that skipped `on_train_end`), the previous
+  handler is put back and gets the signal.
+
+  Why not TF's own preemption support: tf_keras's `save_before_preemption`
+  works only on Google Cloud (`distributed_file_utils.
+  support_on_demand_checkpoint_callback`), and
+  `tf.distribute.experimental.PreemptionCheckpointHandler` needs a custom
+  training loop around a `CheckpointManager` and does not support
+  ParameterServerStrategy; this works with `fit`, anywhere.
   """
 
-  def __init__(self, backup_dir: str, *, check_every: int = 10):
+  def __init__(self, backup_dir: str, *, check_every: Optional[int] = None,
+               check_seconds: float = 1.0):
     super().__init__(backup_dir, save_freq=_NEVER, delete_checkpoint=True)
     # Keras lists the strategies it tested; a checkpoint works the same under
     # these two single-machine ones (tests/test_checkpointing.py).
     self._supported_strategies += (tf.distribute.OneDeviceStrategy,
                                    tf.distribute.experimental.CentralStorageStrategy)
-    if not isinstance(check_every, int) or check_every < 1:
-      raise ValueError(f"`check_every` must be an integer >= 1. Received: {check_every!r}")
+    if check_every is not None and (isinstance(check_every, bool)
+                                    or not isinstance(check_every, int) or check_every < 1):
+      raise ValueError(f"`check_every` must be an integer >= 1, or None to check about every "
+                       f"`check_seconds`. Received: check_every={check_every!r}")
+    if not check_seconds > 0:
+      raise ValueError(f"`check_seconds` must be > 0. Received: check_seconds={check_seconds!r}")
     self.check_every = check_every
+    self.check_seconds = float(check_seconds)
+    # Batch hooks never read the logs: no need to fetch them (under PSS they
+    # are remote values, and fetching would wait for every step).
+    self._supports_tf_logs = True
     self._terminated = False
     self._previous_handler = None
     self._agree = None
 
+  def _implements_train_batch_hooks(self):
+    return True  # Under PSS too: Keras skips batch hooks for epoch-only backups.
+
   def on_train_begin(self, logs=None):
-    pss = isinstance(self.model.distribute_strategy, tf.distribute.ParameterServerStrategy)
+    self._pss = isinstance(self.model.distribute_strategy, tf.distribute.ParameterServerStrategy)
     # Keras counts no batches under PSS, so only epoch-level resume works there.
-    self.save_freq = "epoch" if pss else _NEVER
+    self.save_freq = "epoch" if self._pss else _NEVER
     super().on_train_begin(logs)
     state = self._training_state
     epoch, batch = int(state._ckpt_saved_epoch.numpy()), int(state._ckpt_saved_batch.numpy())
     if epoch >= 0:
       print(f"BackupAndRestore: resuming after epoch {epoch + 1}, batch {batch + 1} "
             f"(from {self.backup_dir})", flush=True)
+    self._terminated = False
     if threading.current_thread() is threading.main_thread():
       self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
     strategy = self.model.distribute_strategy
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
       self._agree = _any_worker(strategy)
+    self._next_check = self.check_every or 1
+    self._last_check = (0, time.monotonic())
 
   def _on_sigterm(self, signum, frame):
-    self._terminated = True
+    if _inside_fit(frame):
+      self._terminated = True
+      return
+    # fit is over but on_train_end never ran (it raised): hand the signal on.
+    previous = self._restore_handler()
+    if callable(previous):
+      previous(signum, frame)
+    elif previous != signal.SIG_IGN:
+      signal.signal(signal.SIGTERM, signal.SIG_DFL)
+      os.kill(os.getpid(), signal.SIGTERM)
 
   def _restore_handler(self):
-    if self._previous_handler is not None:
-      signal.signal(signal.SIGTERM, self._previous_handler)
-      self._previous_handler = None
+    previous, self._previous_handler = self._previous_handler, None
+    if previous is not None and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+      signal.signal(signal.SIGTERM, previous)
+    return previous
+
+  def on_train_batch_begin(self, batch, logs=None):
+    if not self._pss:
+      super().on_train_batch_begin(batch, logs)
 
   def on_train_batch_end(self, batch, logs=None):
+    if self._pss:
+      # No collective to agree through and nothing to count: check every step.
+      if self._terminated:
+        self._exit_after_backup(f"batch {batch + 1}")
+      return
     super().on_train_batch_end(batch, logs)
-    if (batch + 1) % self.check_every == 0:
-      self._maybe_exit(f"batch {batch + 1}")
+    if batch + 1 >= self._next_check:
+      self._check(batch)
+
+  def on_epoch_begin(self, epoch, logs=None):
+    super().on_epoch_begin(epoch, logs)
+    self._next_check = self.check_every or 1
+    self._last_check = (0, time.monotonic())
 
   def on_epoch_end(self, epoch, logs=None):
     self._backup(epoch=epoch)
-    self._maybe_exit("its last batch")
+    if self._pss:
+      if self._terminated:
+        self._exit_after_backup("its last batch", backed_up=True)
+      return
+    self._check(None)
 
   def on_train_end(self, logs=None):
     self._restore_handler()
     super().on_train_end(logs)
 
-  def _maybe_exit(self, where: str) -> None:
+  def _check(self, batch: Optional[int]) -> None:
+    """At the end of `batch` (None: of the epoch): exit after a backup if any task was told to."""
+    batches, since = self._last_check
+    elapsed = time.monotonic() - since
     terminated = self._terminated
     if self._agree is not None:
-      terminated = bool(self._agree(tf.constant(float(terminated))).numpy())
-    if not terminated or isinstance(self.model.distribute_strategy,
-                                    tf.distribute.ParameterServerStrategy):
-      return
-    self._backup(epoch=self._current_epoch)
+      # Every worker gets the same answers, so they all check at the same batches.
+      terminated, elapsed = self._agree(float(terminated), elapsed)
+    if terminated:
+      where = "its last batch" if batch is None else f"batch {batch + 1}"
+      # At an epoch's end, on_epoch_end has just backed up.
+      self._exit_after_backup(where, batch=batch, backed_up=batch is None)
+    if batch is not None:
+      done = batch + 1 - batches
+      if self.check_every:
+        interval = self.check_every
+      else:  # About check_seconds from now, at this pace.
+        interval = max(1, min(1000, int(self.check_seconds * done / max(elapsed, 1e-6))))
+      self._next_check = batch + 1 + interval
+      self._last_check = (batch + 1, time.monotonic())
+
+  def _exit_after_backup(self, where: str, *, batch: Optional[int] = None,
+                         backed_up: bool = False) -> None:
+    epoch = self._current_epoch
+    if self._pss:
+      # Resume re-runs this epoch from its start: record the one before as done.
+      if not backed_up:
+        tf.distribute.experimental.coordinator.ClusterCoordinator(
+            self.model.distribute_strategy).join()  # Steps in flight land first.
+        self._backup(epoch=epoch - 1)
+    elif not backed_up:
+      if batch is None:
+        self._backup(epoch=epoch)
+      else:
+        self._backup(epoch=epoch, batch=batch)
     self._restore_handler()
-    print(f"BackupAndRestore: SIGTERM: backed up epoch {self._current_epoch + 1} after "
-          f"{where} to {self.backup_dir}; exiting with code {PREEMPTED_EXIT_CODE}. "
-          "Run the same job again to resume.", flush=True)
+    print(f"BackupAndRestore: SIGTERM: backed up epoch {epoch + 1} after {where} to "
+          f"{self.backup_dir}; exiting with code {PREEMPTED_EXIT_CODE}. Run the same job "
+          "again to resume.", flush=True)
     raise SystemExit(PREEMPTED_EXIT_CODE)
 
 
+_FIT_CODE = inspect.unwrap(tf_keras.Model.fit).__code__
+
+
+def _inside_fit(frame) -> bool:
+  """Whether a tf_keras `fit` is on the stack of the interrupted frame."""
+  while frame is not None:
+    if frame.f_code is _FIT_CODE:
+      return True
+    frame = frame.f_back
+  return False
+
+
 def _any_worker(strategy: tf.distribute.Strategy):
-  """A function: whether any worker's flag is set (one scalar all-reduce)."""
+  """A function: (whether any worker's flag is set, the workers' mean of `seconds`).
+
+  One all-reduce of two scalars per check; every worker gets the same answer.
+  """
 
   @tf.function
-  def agree(flag):
+  def agree(flag, seconds):
+    values = tf.stack([flag, seconds])
     total = strategy.run(lambda x: tf.distribute.get_replica_context().all_reduce(
-        tf.distribute.ReduceOp.SUM, tf.identity(x)), args=(flag,))
-    return strategy.experimental_local_results(total)[0] > 0
+        tf.distribute.ReduceOp.SUM, tf.identity(x)), args=(values,))
+    return strategy.experimental_local_results(total)[0]
 
-  return agree
+  def run(flag: float, seconds: float):
+    total = agree(tf.constant(flag), tf.constant(seconds)).numpy()
+    return bool(total[0] > 0), float(total[1]) / strategy.num_replicas_in_sync
+
+  return run
 
 
-def backup_and_restore(checkpoint_dir: str, *, check_every: int = 10) -> BackupAndRestore:
+def backup_and_restore(checkpoint_dir: str, *, check_every: Optional[int] = None,
+                       check_seconds: float = 1.0) -> BackupAndRestore:
   """`BackupAndRestore` in `checkpoint_dir/backup`.
 
   After an interruption, the same `fit` call resumes from the last finished
   epoch, or from the batch where SIGTERM stopped it. The backup is deleted when
   training finishes.
   """
-  return BackupAndRestore(os.path.join(checkpoint_dir, BACKUP_SUBDIR), check_every=check_every)
+  return BackupAndRestore(os.path.join(checkpoint_dir, BACKUP_SUBDIR), check_every=check_every,
+                          check_seconds=check_seconds)

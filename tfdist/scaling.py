@@ -92,11 +92,15 @@ def scale_learning_rate(base_learning_rate: float, num_replicas: StrategyOrCount
   return base_learning_rate * factor
 
 
+@tf_keras.saving.register_keras_serializable(package="tfdist")
 class WarmUp(tf_keras.optimizers.schedules.LearningRateSchedule):
   """Linear warm-up from `initial_learning_rate` to a target, then the target.
 
   The target is a float or another schedule, which then starts counting after
-  the warm-up.
+  the warm-up. For a cosine decay, tf_keras's own
+  `CosineDecay(..., warmup_target=, warmup_steps=)` does the same in one
+  schedule; `tfdist train` uses that. Registered with Keras, so a model saved
+  with it loads again.
 
   Example:
 
@@ -122,8 +126,11 @@ class WarmUp(tf_keras.optimizers.schedules.LearningRateSchedule):
     target = self._target_at(step)
     if self.warmup_steps == 0:
       return target
+    # Towards the target's first value: a schedule counts from the warm-up's end,
+    # and must not be asked for its value at negative steps.
+    end = self._target_at(tf.constant(float(self.warmup_steps)))
     fraction = tf.minimum(step / self.warmup_steps, 1.0)
-    warm = self.initial_learning_rate + fraction * (target - self.initial_learning_rate)
+    warm = self.initial_learning_rate + fraction * (end - self.initial_learning_rate)
     return tf.where(step < self.warmup_steps, warm, target)
 
   def get_config(self):
@@ -132,6 +139,14 @@ class WarmUp(tf_keras.optimizers.schedules.LearningRateSchedule):
       target = tf_keras.optimizers.schedules.serialize(target)
     return {"initial_learning_rate": self.initial_learning_rate, "target": target,
             "warmup_steps": self.warmup_steps}
+
+  @classmethod
+  def from_config(cls, config):
+    """The inverse of `get_config`, a schedule as target included."""
+    config = dict(config)
+    if isinstance(config["target"], dict):
+      config["target"] = tf_keras.optimizers.schedules.deserialize(config["target"])
+    return cls(**config)
 
 
 def scaled_learning_rate(base_learning_rate: float, num_replicas: StrategyOrCount, *,

@@ -152,11 +152,16 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
   total_steps = config.epochs * steps_per_epoch
   # Cosine decay: async (parameter-server) updates settle as the rate falls, so
   # every strategy ends near the same accuracy.
-  lr = keras.optimizers.schedules.CosineDecay(
-      scaling.scale_learning_rate(config.learning_rate, replicas, config.lr_scaling),
-      decay_steps=max(1, total_steps - config.warmup_steps), alpha=0.05)
+  # With a warm-up: linear from the base rate to the scaled one, then the decay,
+  # all in tf_keras's own schedule (it saves and loads with the model).
+  scaled = scaling.scale_learning_rate(config.learning_rate, replicas, config.lr_scaling)
   if config.warmup_steps:
-    lr = scaling.WarmUp(config.learning_rate, target=lr, warmup_steps=config.warmup_steps)
+    lr = keras.optimizers.schedules.CosineDecay(
+        config.learning_rate, decay_steps=max(1, total_steps - config.warmup_steps),
+        alpha=0.05, warmup_target=scaled, warmup_steps=config.warmup_steps)
+  else:
+    lr = keras.optimizers.schedules.CosineDecay(scaled, decay_steps=max(1, total_steps),
+                                                alpha=0.05)
   model_fn = config.model_fn or small_cnn
   with strategy.scope():
     model = model_fn()

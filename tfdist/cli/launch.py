@@ -30,6 +30,10 @@ _MAX_RESTARTS = flags.DEFINE_integer(
     "max_restarts", 0, "Restart a failed task this many times in all: every task together "
     "(collectives need all of them), or a parameter-server worker alone. Training resumes "
     "from its BackupAndRestore backup.", lower_bound=0)
+_GRACE_PERIOD = flags.DEFINE_float(
+    "grace_period", launch_lib.GRACE_PERIOD_SECONDS, "Seconds a task has between SIGTERM and "
+    "SIGKILL when the cluster is stopped, to back up (SLURM's and Kubernetes' default).",
+    lower_bound=0)
 _NETWORK = flags.DEFINE_enum(
     "network", "auto", list(launch_lib.NETWORKS), "loopback: tasks run in a private network "
     "namespace with only loopback (TensorFlow's servers listen on every interface); host: "
@@ -90,4 +94,5 @@ def _launcher() -> launch_lib.Launcher:
     return launch_lib.make_launcher("kubernetes", kind=_KUBERNETES.value, image=_IMAGE.value,
                                     name=_NAME.value, namespace=_NAMESPACE.value)
   return launch_lib.make_launcher("local", timeout=_TIMEOUT.value,
-                                  max_restarts=_MAX_RESTARTS.value, network=_NETWORK.value)
+                                  max_restarts=_MAX_RESTARTS.value, network=_NETWORK.value,
+                                  grace_period=_GRACE_PERIOD.value)

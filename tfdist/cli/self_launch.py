@@ -38,9 +38,12 @@ def in_cluster() -> bool:
 
 def command(name: str, module: ModuleType, extra_flags: Sequence[str] = ()) -> List[str]:
   """`python -m tfdist <name>` with every flag of `module` the user set, then `extra_flags`."""
-  own = [f.serialize() for f in flags.FLAGS.get_key_flags_for_module(module)
-         if f.name != RESULT_FLAG and (f.present or f.value != f.default)]
-  return [sys.executable, "-m", "tfdist", name] + [f for f in own if f] + list(extra_flags)
+  own = []
+  for flag in flags.FLAGS.get_key_flags_for_module(module):
+    if flag.name != RESULT_FLAG and (flag.present or flag.value != flag.default):
+      # A repeated flag serializes as one "--name=value" line per value.
+      own += [line for line in flag.serialize().split("\n") if line]
+  return [sys.executable, "-m", "tfdist", name] + own + list(extra_flags)
 
 
 def run(name: str, module: ModuleType, spec: ClusterSpec, *, timeout: float,

@@ -16,13 +16,14 @@ Example:
 """
 
 from tfdist.launch.launcher import Job, Launcher, available_launchers, make_launcher
-from tfdist.launch.local import (NETWORKS, TIMEOUT_EXIT_CODE, LaunchError, LocalLauncher,
-                                 launch_local, must_finish, task_environment)
+from tfdist.launch.local import (GRACE_PERIOD_SECONDS, NETWORKS, TIMEOUT_EXIT_CODE,
+                                 LaunchError, LocalLauncher, launch_local, must_finish,
+                                 task_environment)
 from tfdist.launch.notebook import notebook_launch
 # Registered on import; their own dependencies (PyYAML, sbatch) load only when used.
 from tfdist.launch import kubernetes  # pylint: disable=g-bad-import-order
 from tfdist.launch import slurm
 
-__all__ = ["Job", "LaunchError", "Launcher", "LocalLauncher", "NETWORKS", "TIMEOUT_EXIT_CODE",
+__all__ = ["GRACE_PERIOD_SECONDS", "Job", "LaunchError", "Launcher", "LocalLauncher", "NETWORKS", "TIMEOUT_EXIT_CODE",
            "available_launchers", "launch_local", "make_launcher", "must_finish",
            "notebook_launch", "task_environment"]

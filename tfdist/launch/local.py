@@ -30,8 +30,10 @@ from tfdist.cluster import spec as cluster_lib
 from tfdist.launch import launcher as launcher_lib
 from tfdist.launch import private_network
 
-# Seconds between SIGTERM and SIGKILL when stopping a task.
-_GRACE_SECONDS = 5.0
+# Seconds between SIGTERM and SIGKILL when stopping a task: what SLURM (KillWait)
+# and Kubernetes (terminationGracePeriodSeconds) give, so a backup that fits
+# there fits here.
+GRACE_PERIOD_SECONDS = 30.0
 _TAIL_LINES = 20
 # Exit code for a cluster stopped by the overall timeout, as timeout(1) uses.
 TIMEOUT_EXIT_CODE = 124
@@ -101,7 +103,8 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
                  env: Optional[Mapping[str, str]] = None,
                  output: Optional[TextIO] = None,
                  max_restarts: int = 0,
-                 network: str = "auto") -> int:
+                 network: str = "auto",
+                 grace_period: float = GRACE_PERIOD_SECONDS) -> int:
   """Runs `command` once per task of `spec` and waits for the cluster.
 
   Args:
@@ -118,6 +121,9 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
       only a loopback interface, because TensorFlow's gRPC servers listen on
       every interface; "host" shares this machine's network; "auto" is
       loopback when the spec is all-loopback and the kernel allows it.
+    grace_period: seconds a task has between SIGTERM and SIGKILL when the
+      cluster is stopped (on a failure, a timeout, or SIGTERM/SIGINT to the
+      launcher): time for `checkpointing.BackupAndRestore` to back up.
 
   Returns:
     0 if every task that must finish exited with 0; else the first failing
@@ -134,6 +140,9 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
     raise ValueError(f"`max_restarts` must be an integer >= 0. Received: {max_restarts!r}")
   if network not in NETWORKS:
     raise ValueError(f"`network` must be one of {list(NETWORKS)}. Received: {network!r}")
+  if not (isinstance(grace_period, (int, float)) and grace_period >= 0):
+    raise ValueError(f"`grace_period` must be a number of seconds >= 0. "
+                     f"Received: grace_period={grace_period!r}")
   if cluster_lib.PS in spec.jobs and cluster_lib.CHIEF not in spec.jobs:
     # Nothing would train and nothing would end the job: ps and workers only serve.
     raise ValueError(
@@ -147,7 +156,7 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
         f"Could not start task {next(spec.tasks())}: {command[0]!r} is not an executable "
         f"file nor on PATH. Check that the command exists and is executable. "
         f"Received: command={list(command)!r}")
-  cluster = _Cluster(command, spec, env, output or sys.stdout)
+  cluster = _Cluster(command, spec, env, output or sys.stdout, grace_period)
   with private_network.enter(network, spec, cluster.report) as prefix:
     cluster.prefix = prefix
     return cluster.run(timeout, max_restarts)
@@ -160,8 +169,9 @@ _RESTART = object()
 class _Cluster:
   """The processes of one launch, restarted as the failures allow."""
 
-  def __init__(self, command, spec, env, output):
+  def __init__(self, command, spec, env, output, grace_period):
     self.command, self.spec, self.env, self.output = list(command), spec, env, output
+    self.grace_period = grace_period
     self.prefix: List[str] = []
     self.lock = threading.Lock()
     self.tasks: List[_Task] = []
@@ -169,14 +179,27 @@ class _Cluster:
   def run(self, timeout, max_restarts) -> int:
     deadline = None if timeout is None else time.monotonic() + timeout
     self.restarts_left = max_restarts
-    while True:
-      try:
-        self.tasks = [self.start(task) for task in self.spec.tasks()]
-        code = self.wait(timeout, deadline)
-      finally:
-        _stop_all(self.tasks)
-      if code is not _RESTART:
-        return code
+    # SIGINT and SIGTERM are only recorded, until every task is stopped: a
+    # second Ctrl-C during the grace period must not cut the stop short and
+    # leave task groups behind.
+    self.interrupted: List[int] = []
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {}
+    if main_thread:
+      for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, lambda signum, frame: self.interrupted.append(signum))
+    try:
+      while True:
+        try:
+          self.tasks = [self.start(task) for task in self.spec.tasks()]
+          code = self.wait(timeout, deadline)
+        finally:
+          _stop_all(self.tasks, self.grace_period)
+        if code is not _RESTART:
+          return code
+    finally:
+      for sig, handler in previous.items():
+        signal.signal(sig, handler)
 
   def start(self, task) -> _Task:
     try:
@@ -212,37 +235,24 @@ class _Cluster:
 
   def wait(self, timeout, deadline):
     """Returns the cluster's exit code, or _RESTART to start every task again."""
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    interrupted = []
-
-    def on_signal(signum, frame):
-      interrupted.append(signum)
-
-    main_thread = threading.current_thread() is threading.main_thread()
-    if main_thread:
-      for sig in previous:
-        signal.signal(sig, on_signal)
-    try:
-      while True:
-        if interrupted:
-          self.report(f"received {signal.Signals(interrupted[0]).name}; stopping every task")
-          return 128 + interrupted[0]
-        for t in [t for t in self.tasks if t.process.poll() not in (None, 0)]:
-          code = self._on_failure(t)
-          if code is not None:
-            return code
-        if all(t.process.poll() == 0 for t in self.tasks if t.must_finish):
-          return 0
-        if deadline is not None and time.monotonic() > deadline:
-          running = [str(t.task) for t in self.tasks if t.process.poll() is None]
-          self.report(f"timeout after {timeout:g}s; still running: {running}; "
-                      "stopping every task")
-          return TIMEOUT_EXIT_CODE
-        time.sleep(0.1)
-    finally:
-      if main_thread:
-        for sig, handler in previous.items():
-          signal.signal(sig, handler)
+    while True:
+      if self.interrupted:
+        name = signal.Signals(self.interrupted[0]).name
+        self.report(f"received {name}; stopping every task (SIGTERM, then SIGKILL after "
+                    f"{self.grace_period:g}s)")
+        return 128 + self.interrupted[0]
+      for t in [t for t in self.tasks if t.process.poll() not in (None, 0)]:
+        code = self._on_failure(t)
+        if code is not None:
+          return code
+      if all(t.process.poll() == 0 for t in self.tasks if t.must_finish):
+        return 0
+      if deadline is not None and time.monotonic() > deadline:
+        running = [str(t.task) for t in self.tasks if t.process.poll() is None]
+        self.report(f"timeout after {timeout:g}s; still running: {running}; "
+                    "stopping every task")
+        return TIMEOUT_EXIT_CODE
+      time.sleep(0.1)
 
   def _on_failure(self, t: _Task):
     """Handles a task that exited non-zero: an exit code, _RESTART, or None to go on."""
@@ -257,13 +267,13 @@ class _Cluster:
         self.restarts_left -= 1
         self.report(f"{what}; restarting it alone ({self.restarts_left} restarts left) "
                     f"while the coordinator reschedules its steps. Its last lines:\n{tail}")
-        _stop_all([t])  # Its grandchildren too.
+        _stop_all([t], self.grace_period)  # Its grandchildren too.
         self.tasks[self.tasks.index(t)] = self.start(t.task)
         return None
       if others:
         self.report(f"{what}; training goes on with {others}. Its last lines:\n{tail}")
         self.tasks.remove(t)  # Nothing more to wait for; its group is stopped here.
-        _stop_all([t])
+        _stop_all([t], self.grace_period)
         return None
     if self.restarts_left > 0:
       self.restarts_left -= 1
@@ -274,11 +284,11 @@ class _Cluster:
     return code
 
 
-def _stop_all(tasks: List[_Task]) -> None:
-  """SIGTERM every task's process group, then SIGKILL what is left after a grace period."""
+def _stop_all(tasks: List[_Task], grace_period: float) -> None:
+  """SIGTERM every task's process group, then SIGKILL what is left after `grace_period`."""
   for t in tasks:
     _signal_group(t.process, signal.SIGTERM)
-  deadline = time.monotonic() + _GRACE_SECONDS
+  deadline = time.monotonic() + grace_period
   for t in tasks:
     try:
       t.process.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -303,8 +313,10 @@ class LocalLauncher(launcher_lib.Launcher):
 
   def __init__(self, *, timeout: Optional[float] = None, max_restarts: int = 0,
                network: str = "auto", env: Optional[Mapping[str, str]] = None,
-               output: Optional[TextIO] = None):
-    self.options = dict(timeout=timeout, max_restarts=max_restarts, network=network, env=env)
+               output: Optional[TextIO] = None,
+               grace_period: float = GRACE_PERIOD_SECONDS):
+    self.options = dict(timeout=timeout, max_restarts=max_restarts, network=network, env=env,
+                        grace_period=grace_period)
     self.output = output
 
   def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:
