@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -160,3 +161,44 @@ def test_sigterm_to_the_launcher_backs_up_slow_steps_in_time_and_the_job_resumes
   assert resumed.returncode == 0, resumed.stdout[-3000:]
   assert set(re.findall(RESUMED, resumed.stdout)) == {saved["worker:0"].groups()}
   assert len(set(re.findall(r"\] final weights (\w+)", resumed.stdout))) == 1
+
+
+def test_sigterm_after_a_failed_fit_reaches_the_previous_handler(tmp_path):
+  # Before: the handler stayed installed when fit raised (tf_keras skips
+  # on_train_end then), swallowing SIGTERM for the life of the process.
+  received = []
+  previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+  try:
+    strategy = tfdist.make_strategy("one_device")
+    with strategy.scope():
+      model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+      model.compile(optimizer="sgd", loss="mse")
+    x = np.zeros((32, 3), "float32")
+    backup = checkpointing.backup_and_restore(str(tmp_path))
+    with pytest.raises(RuntimeError, match="interrupted"):
+      model.fit(x, x[:, :1], epochs=3, verbose=0, callbacks=[backup, _StopAt(1)])
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(100):  # Python runs handlers between bytecodes.
+      if received:
+        break
+      time.sleep(0.01)
+    assert received == [signal.SIGTERM]
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.slow
+def test_sigterm_under_parameter_servers_backs_up_and_the_job_resumes(tmp_path):
+  # Before: under PSS the handler swallowed SIGTERM for the whole fit, and
+  # nothing was backed up until the epoch's end.
+  command = helpers.tfdist_cli("train", "--strategy=parameter_server", "--in_process",
+                               "--epochs=3", "--verbose=2", f"--checkpoint_dir={tmp_path}")
+  head, rest, code = helpers.signal_when(command, r"^Epoch 2/3", signal.SIGTERM)
+  assert code == checkpointing.PREEMPTED_EXIT_CODE, (head + rest)[-3000:]
+  assert re.search(r"BackupAndRestore: SIGTERM: backed up epoch 2 after batch \d+", rest), \
+      rest[-3000:]
+  resumed = helpers.run(command, timeout=300)
+  assert resumed.returncode == 0, resumed.stdout[-3000:]
+  # Epoch 1 finished before the signal: the job runs epoch 2 again, then 3.
+  assert "BackupAndRestore: resuming after epoch 1" in resumed.stdout
+  assert re.findall(r"^Epoch (\d)/3", resumed.stdout, re.M) == ["2", "3"]

@@ -229,6 +229,8 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
       if not backed_up:
         tf.distribute.experimental.coordinator.ClusterCoordinator(
             self.model.distribute_strategy).join()  # Steps in flight land first.
+        # Keras saves the epoch counter's variable, not the argument: set it.
+        self._training_state._ckpt_saved_epoch.assign(epoch - 1)
         self._backup(epoch=epoch - 1)
     elif not backed_up:
       if batch is None:

@@ -349,3 +349,31 @@ def test_a_sigkilled_launcher_leaves_no_task_behind_in_a_private_network(tmp_pat
     while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
       time.sleep(0.2)
   assert not [pid for pid in pids if _alive(pid)]
+
+
+def test_a_second_ctrl_c_during_the_grace_period_leaves_no_task_group_behind(tmp_path):
+  # Before: the handlers were restored before the tasks were stopped, so a
+  # second SIGINT cut the stop short and the SIGKILL to each group never came.
+  stubborn = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+              "time.sleep(600)")
+  # The task takes 2 s to stop (a backup, say); its child ignores SIGTERM.
+  task = (f"import os, signal, subprocess, sys, time; "
+          "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(2), sys.exit(0))); "
+          f"child = subprocess.Popen([sys.executable, '-c', {stubborn!r}]); "
+          f"open(os.path.join({str(tmp_path)!r}, str(child.pid)), 'w').close(); "
+          f"open(os.path.join({str(tmp_path)!r}, str(os.getpid())), 'w').close(); "
+          "time.sleep(600)")
+  with helpers.spawned(helpers.tfdist_cli("launch", "--workers=1", "--grace_period=5", "--",
+                                          PY, "-c", task)) as process:
+    helpers.wait_for_files(tmp_path, 2, seconds=60)
+    time.sleep(1)  # The stubborn child has set its handler.
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)  # Impatient.
+    out, _ = process.communicate(timeout=60)
+  assert process.returncode == 128 + signal.SIGINT, out
+  pids = [int(pid) for pid in os.listdir(tmp_path)]
+  deadline = time.monotonic() + 10
+  while time.monotonic() < deadline and any(alive(pid) for pid in pids):
+    time.sleep(0.2)
+  assert not [pid for pid in pids if alive(pid)]
