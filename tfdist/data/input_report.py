@@ -103,8 +103,10 @@ class InputBoundReport(tf_keras.callbacks.Callback):
     verbose: print the report at the end of training.
 
   Attributes:
-    result: the `InputBound` measured, or None (e.g. under parameter servers,
-      where steps run on remote workers).
+    result: the `InputBound` measured, or None when not measured (`skipped`).
+    skipped: why it was not measured, or None: under parameter servers steps
+      run on remote workers, and a model with random layers would have its
+      random state changed by the probe.
     per_epoch: the `InputBound` of each measured epoch.
   """
 
@@ -125,7 +127,19 @@ class InputBoundReport(tf_keras.callbacks.Callback):
     self.per_epoch = []
     self._cached = None
     strategy = self.model.distribute_strategy
-    self._enabled = not isinstance(strategy, tf.distribute.ParameterServerStrategy)
+    # Not measured where the probe would change training: under parameter
+    # servers steps run on remote workers, and a model with random layers
+    # (dropout, random augmentation) would see its random ops advanced by the
+    # probe's steps, which no state can be rewound for.
+    random_layers = [layer.name for layer in self.model.submodules
+                     if isinstance(layer, tf_keras.layers.Layer) and _is_random(layer)]
+    self.skipped = None
+    if isinstance(strategy, tf.distribute.ParameterServerStrategy):
+      self.skipped = "steps run on remote workers under parameter servers"
+    elif random_layers:
+      self.skipped = (f"the model has random layers {random_layers}, whose random state the "
+                      "probe's steps would advance; training is left exactly as it would be")
+    self._enabled = self.skipped is None
     self._last_epoch = self.params.get("epochs", 1) - 1
 
     def timed(iterator):
@@ -149,6 +163,8 @@ class InputBoundReport(tf_keras.callbacks.Callback):
   def on_train_end(self, logs=None):
     if self._enabled:
       self.model.train_function = self._train_function
+    if self.skipped and self.verbose:
+      print(f"input-bound report: not measured: {self.skipped}", flush=True)
     if not self.per_epoch:
       return
     self.result = sorted(self.per_epoch, key=lambda r: r.share)[(len(self.per_epoch) - 1) // 2]
@@ -164,7 +180,10 @@ class InputBoundReport(tf_keras.callbacks.Callback):
       self._cached = iter(distributed_input.distribute_function(strategy, cached_fn))
     model = self.model
     weights = model.get_weights()
+    # The optimizer's variables hold its step count too (learning-rate schedules
+    # read it); Keras's own step counter is a variable of the model's.
     optimizer_state = [v.numpy() for v in model.optimizer.variables()]
+    counter = model._train_counter.numpy()
     try:
       train_function = self._train_function
       for _ in range(2):  # Fill the cache and settle.
@@ -179,3 +198,10 @@ class InputBoundReport(tf_keras.callbacks.Callback):
       model.set_weights(weights)
       for variable, value in zip(model.optimizer.variables(), optimizer_state):
         variable.assign(value)
+      model._train_counter.assign(counter)
+
+
+def _is_random(layer) -> bool:
+  """Whether a Keras layer draws random numbers in training (Dropout, RandomFlip, ...)."""
+  from tf_keras.src.engine import base_layer  # The one base class they share.
+  return isinstance(layer, base_layer.BaseRandomLayer)
