@@ -60,6 +60,25 @@ def test_training_matches_float32_all_reduce():
   assert all(w.dtype == np.float32 for w in model.get_weights())
 
 
+@pytest.mark.parametrize("compress, expected", [(True, 1.0), (False, 1.0 + 2**-12)])
+def test_fit_goes_through_the_float16_all_reduce(compress, expected):
+  # Each replica's gradient is -(1 + 2**-12) / 2 (the loss is divided by the
+  # global batch of 2): exact in float32, -0.5 in float16. One SGD step (rate 1)
+  # from 0 moves the weight by their sum: 1 only if fit's all-reduce ran in
+  # float16, 1 + 2**-12 if it ran in float32.
+  strategy = tfdist.make_strategy("mirrored")
+  with strategy.scope():
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(
+        1, use_bias=False, kernel_initializer="zeros")])
+    optimizer = keras.optimizers.SGD(1.0)
+    model.compile(optimizer=compress_gradients(optimizer) if compress else optimizer,
+                  loss=lambda y, p: tf.square(p - y) / 2)
+  x = np.ones((2, 1), "float32")
+  y = np.full((2, 1), 1.0 + 2**-12, "float32")
+  model.fit(x, y, batch_size=2, epochs=1, shuffle=False, verbose=0)
+  assert float(model.get_weights()[0][0, 0]) == expected
+
+
 def test_one_replica_is_untouched():
   _, plain = _train(tfdist.make_strategy("one_device"), compress=False, epochs=3)
   _, compressed = _train(tfdist.make_strategy("one_device"), compress=True, epochs=3)

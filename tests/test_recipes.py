@@ -13,12 +13,17 @@ def accuracy(output: str) -> float:
   return float(re.search(r"test accuracy: ([\d.]+)", output).group(1))
 
 
+# The recipes train 5 epochs and reach 0.90-0.93 on the held-out digits here
+# (strategies/README.md); 0.85 leaves room for the parameter servers' async noise.
+ACCURACY = 0.85
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["mirrored", "central_storage", "parameter_server"])
 def test_single_process_recipes_train(recipe):
   result = helpers.run(helpers.python(f"{RECIPES}/{recipe}.py"), timeout=300)
   assert result.returncode == 0, result.stdout[-3000:]
-  assert accuracy(result.stdout) > 0.6
+  assert accuracy(result.stdout) > ACCURACY
   if recipe != "parameter_server":
     assert "replicas: 2" in result.stdout
   if recipe == "central_storage":
@@ -42,4 +47,4 @@ def test_parameter_server_recipe_as_a_real_cluster():
       "launch", "--chief", "--workers=2", "--ps=1", "--timeout=240", "--",
       *helpers.python(f"{RECIPES}/parameter_server.py")), timeout=300)
   assert result.returncode == 0, result.stdout[-3000:]
-  assert accuracy(result.stdout) > 0.6
+  assert accuracy(result.stdout) > ACCURACY

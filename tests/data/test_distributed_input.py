@@ -54,9 +54,17 @@ def test_explain_errors(kwargs, match):
 def test_distribute_dataset_sets_the_policy_and_splits_batches():
   strategy = tfdist.make_strategy("mirrored")
   ds = tf.data.Dataset.from_tensor_slices(np.arange(16, dtype="float32")).batch(8)
+  handed = []
+  real = strategy.experimental_distribute_dataset
+  strategy.experimental_distribute_dataset = lambda d, *a: handed.append(d) or real(d, *a)
   dist = di.distribute_dataset(strategy, ds)
   first = next(iter(dist))
   assert [v.shape[0] for v in strategy.experimental_local_results(first)] == [4, 4]
+  # What TF got carries the policy tfdist chose (one dataset, no files: DATA).
+  assert handed[0].options().experimental_distribute.auto_shard_policy == Policy.DATA
+  files = di.distribute_dataset(strategy, ds, num_files=4)
+  assert handed[1].options().experimental_distribute.auto_shard_policy == Policy.FILE
+  assert files is not None
 
 
 def test_distribute_dataset_too_small_for_the_workers():
@@ -84,6 +92,11 @@ def test_distribute_function_turns_auto_sharding_off_and_trains():
     return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(
         context.get_per_replica_batch_size(16))
 
+  handed = []
+  real = strategy.distribute_datasets_from_function
+  strategy.distribute_datasets_from_function = lambda fn, *a: real(
+      lambda context: handed.append(fn(context)) or handed[-1], *a)
+
   with strategy.scope():
     model = tfdist.keras.Sequential([tfdist.keras.Input((4,)), tfdist.keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
@@ -91,6 +104,7 @@ def test_distribute_function_turns_auto_sharding_off_and_trains():
                       steps_per_epoch=4, verbose=0)
   assert seen == [2]
   assert history.history["loss"][-1] < history.history["loss"][0]
+  assert [d.options().experimental_distribute.auto_shard_policy for d in handed] == [Policy.OFF]
 
 
 def test_explain_cli():

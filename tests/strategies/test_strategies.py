@@ -250,4 +250,6 @@ def test_a_peer_lost_mid_training_is_an_error_in_bounded_time(tmp_path):
     seconds = time.monotonic() - killed_at
   assert w0.returncode == 1
   assert re.search(r"UnavailableError|unhealthy|Connection reset by peer", out), out[-2000:]
-  assert seconds < 60
+  # The README promises about 10 s (the coordination service's heartbeats);
+  # a reset connection is often noticed at once (1.4 s measured here).
+  assert seconds < 15, seconds

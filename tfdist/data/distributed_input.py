@@ -145,6 +145,13 @@ def explain(*, num_elements: int, global_batch_size: int, num_workers: int = 1,
       warnings=warnings)
 
 
+def with_shard_policy(dataset: tf.data.Dataset, policy) -> tf.data.Dataset:
+  """`dataset` with tf.data's auto-shard policy set: what the strategy reads when it shards."""
+  options = tf.data.Options()
+  options.experimental_distribute.auto_shard_policy = policy
+  return dataset.with_options(options)
+
+
 def distribute_dataset(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset, *,
                        num_files: Optional[int] = None, sharded_by_user: bool = False):
   """A globally batched `dataset`, distributed with an explicit shard policy.
@@ -155,9 +162,7 @@ def distribute_dataset(strategy: tf.distribute.Strategy, dataset: tf.data.Datase
   num_workers = _num_workers(strategy)
   policy = shard_policy(num_files=num_files, num_workers=num_workers,
                         sharded_by_user=sharded_by_user)
-  options = tf.data.Options()
-  options.experimental_distribute.auto_shard_policy = policy
-  dataset = dataset.with_options(options)
+  dataset = with_shard_policy(dataset, policy)
   batches = int(dataset.cardinality())
   if batches >= 0 and batches < num_workers:
     raise ValueError(
@@ -175,9 +180,7 @@ def distribute_function(strategy: tf.distribute.Strategy, dataset_fn):
   """
   def unsharded(input_context):
     # The function shards itself: tell tf.data, so it neither shards nor warns.
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = Policy.OFF
-    return dataset_fn(input_context).with_options(options)
+    return with_shard_policy(dataset_fn(input_context), Policy.OFF)
 
   if isinstance(strategy, tf.distribute.ParameterServerStrategy):
     import tf_keras  # Deferred: only parameter-server input needs it.
