@@ -27,6 +27,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 MpiDefault=none
+# Ports reserved per job step, as a shared cluster should configure it: tfdist's
+# tasks then listen on SLURM_STEP_RESV_PORTS, which no other step on the node gets.
+MpiParams=ports=30000-30999
 SlurmctldPort={ctld_port}
 SlurmdPort={d_port}
 StateSaveLocation={root}/state

@@ -22,6 +22,17 @@ def test_every_task_is_a_worker_on_cpu_only_nodes():
   assert spec.task == TaskSpec("worker", 3)
 
 
+def test_ports_slurm_reserved_for_the_step_come_first():
+  spec = slurm.cluster_spec_from_slurm(step_env(3, SLURM_STEP_RESV_PORTS="30001-30002"))
+  assert spec.jobs == {"worker": ("node1:30001", "node1:30002", "node2:30001", "node2:30002")}
+  listed = slurm.cluster_spec_from_slurm(step_env(0, SLURM_STEP_RESV_PORTS="30007,30010-30011"))
+  assert listed.jobs["worker"][:2] == ("node1:30007", "node1:30010")
+  # tfdist's explicit base wins over SLURM's reservation.
+  explicit = slurm.cluster_spec_from_slurm(step_env(
+      0, SLURM_STEP_RESV_PORTS="30001-30002", **{slurm.PORT_BASE_ENV: "40000"}))
+  assert explicit.jobs["worker"][0] == "node1:40000"
+
+
 def test_all_tasks_agree_on_the_cluster():
   specs = [slurm.cluster_spec_from_slurm(step_env(rank)) for rank in range(4)]
   assert all(s.jobs == specs[0].jobs for s in specs)
@@ -57,6 +68,11 @@ def test_from_env_prefers_tf_config_then_slurm():
      r"needs a chief, 3 ps and at least one worker: 5 tasks.*--ntasks=5"),
     (step_env(0, **{slurm.PORT_BASE_ENV: "80"}), ValueError,
      r"`TFDIST_SLURM_PORT_BASE` must be a port from 1024 to 65000. Received: '80'"),
+    (step_env(0, SLURM_STEP_RESV_PORTS="30001"), ValueError,
+     r"SLURM reserved 1 port\(s\) for this step but a node runs 2 task\(s\): widen "
+     r"MpiParams=ports.*Received: SLURM_STEP_RESV_PORTS='30001'"),
+    (step_env(0, SLURM_STEP_RESV_PORTS="a-b"), ValueError,
+     r"`SLURM_STEP_RESV_PORTS` is not a list of ports.*Received: 'a-b'"),
 ])
 def test_errors(env, error, match):
   with pytest.raises(error, match=match):

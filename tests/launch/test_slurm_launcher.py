@@ -1,5 +1,6 @@
 """tfdist.launch.slurm: jobs through a real SLURM on localhost (slurmctld + slurmd)."""
 
+import contextlib
 import re
 import sys
 
@@ -71,6 +72,37 @@ def test_a_parameter_server_job_ends_with_its_chief(slurm, tmp_path):
                    re.M)
   assert re.search(r"^2: tfdist: the chief at \S+ has finished; worker:0 stops serving",
                    result.stdout, re.M)
+
+
+HOLD_PORT = ("import socket, time; from tfdist.cluster import ClusterSpec; "
+             "spec = ClusterSpec.from_env(); address = spec.address(spec.task); "
+             "s = socket.create_server(('', int(address.rsplit(':', 1)[1]))); "
+             "print('holds', address, flush=True); time.sleep(4)")
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_two_jobs_on_one_node_at_once_get_different_ports(slurm, tmp_path):
+  # Before: ports came from the job id, so consecutive jobs with 2 tasks on a
+  # node shared one port, and the second to bind it failed.
+  with contextlib.ExitStack() as stack:
+    processes = []
+    for name in ("a", "b"):  # Both submitted before either ends.
+      (tmp_path / name).mkdir()
+      processes.append(stack.enter_context(helpers.spawned(helpers.tfdist_cli(
+          "launch", "--slurm", "--workers=2", "--timeout=120", f"--workdir={tmp_path / name}",
+          "--sbatch=--oversubscribe", "--", sys.executable, "-c", HOLD_PORT),
+          env={"SLURM_CONF": slurm.conf})))
+    outputs = [(p.communicate(timeout=200)[0], p.returncode) for p in processes]
+  assert all(re.search(r"SLURM job \d+ ended COMPLETED", out) for out, _ in outputs)
+  overlap = [re.search(r"SLURM job (\d+)", out).group(1) for out, _ in outputs]
+  assert overlap[0] != overlap[1]
+  held = []
+  for output, code in outputs:
+    assert code == 0, output[-3000:]
+    held.append(set(re.findall(r"holds (\S+)", output)))
+  assert len(held[0]) == len(held[1]) == 2
+  assert not held[0] & held[1], held
 
 
 @pytest.mark.slow

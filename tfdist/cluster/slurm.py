@@ -3,7 +3,9 @@
 TensorFlow's own `SlurmClusterResolver` derives tasks from GPU counts, so on
 CPU-only nodes it raises (`gpus_per_task=0`) or finds no tasks at all
 (`gpus_per_node=0`). Here every SLURM task is one TF task, whatever the node has:
-task `SLURM_PROCID` on node `n` listens on `n:(port_base + local task id)`.
+the task with local id `i` on node `n` listens on `n:ports[i]`, where the ports
+are `TFDIST_SLURM_PORT_BASE` onwards if set, else the ones SLURM reserved for
+the step (`MpiParams=ports=` in slurm.conf), else derived from the job id.
 
 Under `srun`, `ClusterSpec.from_env()` uses this automatically when there is no
 TF_CONFIG (`SLURMEnvironment`), so the same script runs under `tfdist launch`,
@@ -23,6 +25,7 @@ from tfdist.cluster import environment
 from tfdist.cluster import spec as cluster_lib
 
 PORT_BASE_ENV = "TFDIST_SLURM_PORT_BASE"
+RESV_PORTS_ENV = "SLURM_STEP_RESV_PORTS"
 NUM_PS_ENV = "TFDIST_SLURM_NUM_PS"
 _REQUIRED = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST",
              "SLURM_STEP_TASKS_PER_NODE")
@@ -43,10 +46,12 @@ def _expand(environ: Mapping[str, str]):
 
 
 def port_base(environ: Mapping[str, str]) -> int:
-  """First port: `TFDIST_SLURM_PORT_BASE`, else derived from the job id.
+  """First port when SLURM reserves none: `TFDIST_SLURM_PORT_BASE`, else from the job id.
 
-  Derived from the job id so that two jobs sharing a node rarely collide, and
-  every task of the job computes the same ports without talking to the others.
+  The job-id fallback lets every task of the job compute the same ports without
+  talking to the others, but two jobs sharing a node can collide (consecutive
+  job ids overlap with 2+ tasks per node). Configure `MpiParams=ports=...` in
+  slurm.conf and SLURM reserves ports per step instead (`reserved_ports`).
   """
   if PORT_BASE_ENV in environ:
     value = environ[PORT_BASE_ENV]
@@ -56,6 +61,29 @@ def port_base(environ: Mapping[str, str]) -> int:
     return int(value)
   job_id = environ.get("SLURM_JOB_ID", "0")
   return 20000 + (int(job_id) if job_id.isdigit() else 0) % 20000
+
+
+def reserved_ports(environ: Mapping[str, str]) -> Optional[List[int]]:
+  """The ports SLURM reserved for this step on every node, or None.
+
+  With `MpiParams=ports=12000-12999` in slurm.conf, srun reserves a range per
+  step that no other step on the node gets, and says which in
+  `SLURM_STEP_RESV_PORTS` ("12000-12003", or a list like "12000,12005-12006").
+
+  Raises:
+    ValueError: the variable is not a port list.
+  """
+  value = environ.get(RESV_PORTS_ENV, "")
+  if not value:
+    return None
+  ports: List[int] = []
+  for part in value.split(","):
+    low, _, high = part.partition("-")
+    if not low.isdigit() or (high and not high.isdigit()):
+      raise ValueError(f"`{RESV_PORTS_ENV}` is not a list of ports or ranges like "
+                       f"'12000-12003'. Received: {value!r}")
+    ports += range(int(low), int(high or low) + 1)
+  return ports
 
 
 def cluster_spec_from_slurm(environ: Optional[Mapping[str, str]] = None, *,
@@ -84,8 +112,17 @@ def cluster_spec_from_slurm(environ: Optional[Mapping[str, str]] = None, *,
         f"{len(nodes)} node(s) with {per_node} task(s) each but SLURM_STEP_NUM_TASKS is "
         f"{num_tasks}. Received: {environ['SLURM_STEP_NODELIST']!r}, "
         f"{environ['SLURM_STEP_TASKS_PER_NODE']!r}")
-  base = port_base(environ)
-  addresses: List[str] = [f"{node}:{base + local}"
+  # Ports, in order: tfdist's explicit base, else SLURM's reservation, else the job id.
+  reserved = None if PORT_BASE_ENV in environ else reserved_ports(environ)
+  if reserved is not None and len(reserved) < max(per_node):
+    raise ValueError(
+        f"SLURM reserved {len(reserved)} port(s) for this step but a node runs "
+        f"{max(per_node)} task(s): widen MpiParams=ports in slurm.conf, or set "
+        f"{PORT_BASE_ENV}. Received: {RESV_PORTS_ENV}={environ[RESV_PORTS_ENV]!r}")
+  if reserved is None:
+    base = port_base(environ)
+    reserved = [base + local for local in range(max(per_node))]
+  addresses: List[str] = [f"{node}:{reserved[local]}"
                           for node, count in zip(nodes, per_node) for local in range(count)]
   if num_ps is None:
     num_ps = int(environ.get(NUM_PS_ENV, "0") or 0)

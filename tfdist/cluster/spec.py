@@ -472,8 +472,9 @@ def pick_unused_ports(count: int) -> Tuple[int, ...]:
   """`count` distinct TCP ports free on loopback right now.
 
   All sockets stay open until every port is picked, so the ports are distinct.
-  Another process may still take one before the cluster binds it; launchers
-  retry in that case.
+  Another process may still take one before the cluster binds it; the task
+  then fails at once with an error naming the port (`preflight.rendezvous`),
+  and nothing retries on other ports.
   """
   sockets = []
   try:
