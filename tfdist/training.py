@@ -22,7 +22,7 @@ from tfdist import gradient_compression
 from tfdist import keras_support
 from tfdist import scaling
 from tfdist import strategies
-from tfdist.bench import clock
+from tfdist import timing
 from tfdist.data import digits
 from tfdist.data import distributed_input
 from tfdist.data import input_report
@@ -172,7 +172,7 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
     if config.compress_gradients:
       gradient_compression.compress_gradients(model.optimizer)
     keras_support.set_distribute_reduction_method(model, strategy)
-  timer = clock.EpochClock()
+  timer = timing.EpochClock()
   report = input_report.InputBoundReport(dataset_fn, verbose=config.verbose > 0)
   callbacks = [timer, report]
   if config.checkpoint_dir:

@@ -4,7 +4,7 @@ import pytest
 
 import tfdist
 from tfdist.bench import allreduce
-from tfdist.bench import clock
+from tfdist import timing
 from tfdist.bench import models
 from tfdist.bench import overhead
 
@@ -12,7 +12,7 @@ from tfdist.bench import overhead
 def test_strategy_overhead_rows():
   rows = overhead.strategy_overhead(["mirrored"], ["mlp"], repeats=1, steps=10)
   assert [(r["model"], r["strategy"]) for r in rows] == [("mlp", "mirrored")]
-  for name in clock.CLOCKS:
+  for name in timing.CLOCKS:
     assert rows[0][name]["ratio"] > 0 and rows[0][name]["a_ms"] > 0
 
 

@@ -1,6 +1,5 @@
 """Measurement: tfdist against raw TensorFlow, side by side in one run.
 
-- `clock`: the epoch clock (wall and CPU seconds per epoch), a Keras callback;
 - `harness`: interleaved variants, `interleaved_ratio`, `fit` timers;
 - `models`: the models the benchmarks time;
 - `overhead`: tfdist strategies against raw `tf.distribute` ones;
@@ -9,6 +8,7 @@
 - `scale`: measuring compute, latency and bandwidth on 1 and 2 workers, and
   checking the α-β model against them (`tfdist scale`).
 
-Nothing here asserts a speed; `tfdist bench`, `tfdist scale` and the scripts
+Every timer here uses `tfdist.timing`'s epoch clock, which `tfdist train` uses
+too. Nothing here asserts a speed; `tfdist bench`, `tfdist scale` and the scripts
 in `benchmarks/` print and save ratios.
 """

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from tfdist.bench import clock as clock_lib
+from tfdist import timing
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ def interleaved_ratio(a: Callable[[], Dict[str, float]], b: Callable[[], Dict[st
                       repeats: int) -> Dict[str, Dict[str, float]]:
   """Per clock, the median of b()/a() over `repeats` interleaved pairs.
 
-  `a` and `b` return seconds by clock name (see `clock.CLOCKS`). Wall time is
+  `a` and `b` return seconds by clock name (see `timing.CLOCKS`). Wall time is
   what a user waits; CPU time is the work done, and the steadier clock here,
   so overheads are judged by it.
   """
@@ -89,7 +89,7 @@ def fit_timer(model_fn: Callable[[], keras.Model], input_shape: Sequence[int],
 def epoch_timer(model: keras.Model, dataset, steps: int, *,
                 warmup: bool = True) -> Callable[[], Dict[str, float]]:
   """A function timing one epoch of `steps` steps of `model.fit(dataset)`: seconds per step."""
-  clock = clock_lib.EpochClock()
+  clock = timing.EpochClock()
 
   def run() -> Dict[str, float]:
     model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[clock])

@@ -62,7 +62,7 @@ def main(argv):
     return _all_reduce_worker()
   from tfdist import devices
   devices.split_physical_device(2)  # Before TensorFlow starts: two "GPUs".
-  from tfdist.bench import clock
+  from tfdist import timing
   from tfdist.bench import overhead
   results = {}
   if "overhead" in _SUITES.value:
@@ -77,7 +77,7 @@ def main(argv):
       print(f"{row['model']:<6} {row['strategy']:<16} {wall['a_ms']:>8.2f} "
             f"{wall['b_ms']:>10.2f} {wall['ratio']:>7.3f} {cpu['a_ms']:>11.2f} "
             f"{cpu['b_ms']:>14.2f} {cpu['ratio']:>7.3f}")
-      for name in clock.CLOCKS:
+      for name in timing.CLOCKS:
         results[f"overhead_{row['model']}_{row['strategy']}_{name}"] = row[name]["ratio"]
   if "small_model" in _SUITES.value:
     small = overhead.small_model_overhead(_REPEATS.value, steps=_STEPS.value)
@@ -89,7 +89,7 @@ def main(argv):
                            ("tfdist", "tfdist, steps_per_execution=10")]:
       print(f"  {label:<40} {small[variant]['wall']['ratio']:>5.2f}x "
             f"{small[variant]['cpu']['ratio']:>5.2f}x")
-      for name in clock.CLOCKS:
+      for name in timing.CLOCKS:
         results[f"small_model_{variant}_mirrored_over_plain_{name}"] = (
             small[variant][name]["ratio"])
   if "allreduce" in _SUITES.value:
