@@ -18,6 +18,15 @@ def test_single_process_has_no_problems():
   assert "no problems found" in text
 
 
+def test_the_network_section_says_who_can_reach_the_servers():
+  text = str(doctor.diagnose({}))
+  # This machine allows user namespaces, as the launcher's own tests show.
+  assert re.search(r"tfdist launch tasks +a private loopback-only network: unreachable from "
+                   r"other machines", text)
+  assert re.search(r"in-process servers +this machine's network, reachable from other "
+                   r"machines: TensorFlow binds 0.0.0.0", text)
+
+
 def test_invalid_tf_config_is_a_problem():
   report = doctor.diagnose({"TF_CONFIG": '{"cluster": {"worker": ["localhost"]}}'})
   assert report.problems == [

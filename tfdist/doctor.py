@@ -102,5 +102,18 @@ def diagnose(environ: Optional[Mapping[str, str]] = None, *,
   if keras_support.tf_keras_flavour() == keras_support.KERAS3:
     report.problems.append("tf.keras is Keras 3 here: use `from tfdist import keras` or set "
                            "TF_USE_LEGACY_KERAS=1 for multi-worker and parameter-server jobs.")
+  report.sections.append(("network", _network()))
   _cluster(report, environ, reachability_timeout)
   return report
+
+
+def _network() -> List[Tuple[str, str]]:
+  """Who can reach the TF servers tfdist starts here (TensorFlow binds every interface)."""
+  from tfdist.launch import private_network  # Deferred: only this section needs it.
+  reason = private_network.unavailable_reason()
+  local = ("a private loopback-only network: unreachable from other machines" if reason is None
+           else f"THIS MACHINE'S NETWORK, reachable from other machines ({reason})")
+  return [("tfdist launch tasks", local),
+          ("in-process servers", "this machine's network, reachable from other machines: "
+           "TensorFlow binds 0.0.0.0 (in_process=True, notebooks); firewall their ports or "
+           "use `tfdist launch`")]

@@ -21,7 +21,7 @@ import contextlib
 import shutil
 import subprocess
 import sys
-from typing import Callable, Iterator, List
+from typing import Callable, Iterator, List, Optional
 
 from tfdist.cluster import spec as cluster_lib
 
@@ -71,8 +71,11 @@ def enter(network: str, spec: cluster_lib.ClusterSpec,
   except Unavailable as e:
     if network == "loopback":
       raise
-    report(f"tasks share this machine's network (TensorFlow's servers listen on every "
-           f"interface): {e}")
+    report(f"WARNING: no private network here ({e}). The tasks share this machine's "
+           "network, and TensorFlow's servers listen on every interface and take "
+           "unauthenticated requests from any host that reaches their ports. Pass "
+           "--network=host (network='host') to accept that and silence this warning, or "
+           "--network=loopback to refuse to start without isolation.")
     yield []
     return
   try:
@@ -85,6 +88,21 @@ def enter(network: str, spec: cluster_lib.ClusterSpec,
     except subprocess.TimeoutExpired:
       holder.kill()
       holder.wait()
+
+
+def unavailable_reason() -> Optional[str]:
+  """Why this machine cannot give local clusters a private network; None if it can.
+
+  Starts a namespace holder and ends it at once: the real test, since whether
+  user namespaces work depends on the kernel, sysctls and the container.
+  """
+  try:
+    holder = _start_holder()
+  except Unavailable as e:
+    return str(e)
+  holder.stdin.close()
+  holder.wait(timeout=_START_SECONDS)
+  return None
 
 
 def _start_holder() -> subprocess.Popen:
