@@ -84,6 +84,26 @@ def test_parameter_servers_are_stopped_when_the_chief_ends():
   assert seconds < 20
 
 
+def test_a_parameter_server_launch_without_a_chief_gets_one_and_waits_for_it():
+  # Before: with no task that must finish, the launch returned 0 on its first
+  # poll and stopped every task before anything ran.
+  code = ("import os, json, time; t = json.loads(os.environ['TF_CONFIG'])['task']['type']; "
+          "time.sleep(600) if t != 'chief' else (time.sleep(1), print('chief trained'))")
+  result = helpers.run(helpers.tfdist_cli("launch", "--workers=2", "--ps=1", "--", PY, "-c",
+                                          code), timeout=60)
+  assert result.returncode == 0, result.stdout
+  assert ("[tfdist launch] parameter-server training needs a chief to run the program and end "
+          "the job; added one (chief + 2 worker(s) + 1 ps)") in result.stdout
+  assert "[chief:0] chief trained" in result.stdout
+
+
+def test_a_parameter_server_spec_without_a_chief_is_refused_before_anything_starts():
+  spec = ClusterSpec({"worker": ["localhost:1", "localhost:2"], "ps": ["localhost:3"]})
+  with pytest.raises(ValueError, match=r"A parameter-server cluster needs a chief.*chief=True"
+                     r".*Received: ClusterSpec\(worker=.*ps=\['localhost:3'\]\)"):
+    launch.launch_local([PY, "-c", "pass"], spec)
+
+
 def test_workers_must_finish_without_ps():
   spec = ClusterSpec.local(workers=2)
   assert all(launch.must_finish(spec, t) for t in spec.tasks())

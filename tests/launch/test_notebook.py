@@ -58,6 +58,20 @@ def test_a_failing_task_raises_in_the_cell():
     launch.notebook_launch(crash, workers=2, output=open(os.devnull, "w"))
 
 
+def test_parameter_servers_without_a_chief_get_one(capsys):
+  # Before: notebook_launch(fn, ps=1) returned at once and ran nothing.
+  def task():
+    import json, os, time
+    if json.loads(os.environ["TF_CONFIG"])["task"]["type"] == "chief":
+      print("chief ran")
+    else:
+      time.sleep(600)
+  launch.notebook_launch(task, workers=1, ps=1, timeout=60)
+  out = capsys.readouterr().out
+  assert "added one (chief + 1 worker(s) + 1 ps)" in out
+  assert "[chief:0] chief ran" in out
+
+
 def test_rejects_what_is_not_a_function_or_path():
   with pytest.raises(TypeError, match=r"takes a function or a script path. Received: int"):
     launch.notebook_launch(3)
