@@ -50,66 +50,52 @@ def test_slow_pipeline_is_highly_input_bound_and_cached_one_is_not():
       slow.result)
 
 
-def test_probes_leave_training_unchanged():
-  def train(callbacks):
-    strategy = tfdist.make_strategy("one_device")
-    with strategy.scope():
-      keras.utils.set_random_seed(0)
-      model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(1)])
-      model.compile(optimizer="adam", loss="mse")
-    model.fit(di.distribute_function(strategy, fast_fn), epochs=3, steps_per_epoch=10,
-              verbose=0, callbacks=callbacks)
-    return model
+def _train(callbacks, *, layers=(), optimizer="adam"):
+  """A seeded fit of a small model on `fast_fn`, with `layers` before its output."""
+  strategy = tfdist.make_strategy("one_device")
+  with strategy.scope():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((32,)), *[make() for make in layers],
+                              keras.layers.Dense(1)])
+    model.compile(optimizer=optimizer() if callable(optimizer) else optimizer, loss="mse")
+  keras.utils.set_random_seed(1)
+  model.fit(di.distribute_function(strategy, fast_fn), epochs=3, steps_per_epoch=10,
+            verbose=0, callbacks=callbacks)
+  return model
 
+
+def _assert_same_weights(a, b):
+  for x, y in zip(a.get_weights(), b.get_weights()):
+    np.testing.assert_array_equal(x, y)
+
+
+def test_probes_leave_training_unchanged():
   report = input_report.InputBoundReport(fast_fn, verbose=False)
-  probed, plain = train([report]), train([])
+  probed, plain = _train([report]), _train([])
   assert report.result is not None and len(report.per_epoch) == 2  # Epochs 2 and 3.
-  for a, b in zip(probed.get_weights(), plain.get_weights()):
-    np.testing.assert_array_equal(a, b)
+  _assert_same_weights(probed, plain)
   for a, b in zip(probed.optimizer.variables(), plain.optimizer.variables()):
     np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_probes_leave_the_step_counter_and_schedules_unchanged():
   # Before: the probe's steps advanced Keras's step counter for good.
-  def train(callbacks):
-    strategy = tfdist.make_strategy("one_device")
-    with strategy.scope():
-      keras.utils.set_random_seed(0)
-      model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(1)])
-      model.compile(optimizer=keras.optimizers.SGD(
-          keras.optimizers.schedules.CosineDecay(0.05, decay_steps=40)), loss="mse")
-    model.fit(di.distribute_function(strategy, fast_fn), epochs=3, steps_per_epoch=10,
-              verbose=0, callbacks=callbacks)
-    return model
-
+  decaying = lambda: keras.optimizers.SGD(
+      keras.optimizers.schedules.CosineDecay(0.05, decay_steps=40))
   report = input_report.InputBoundReport(fast_fn, verbose=False)
-  probed, plain = train([report]), train([])
+  probed, plain = _train([report], optimizer=decaying), _train([], optimizer=decaying)
   assert report.result is not None
   assert int(probed._train_counter.numpy()) == int(plain._train_counter.numpy()) == 30
-  for a, b in zip(probed.get_weights(), plain.get_weights()):
-    np.testing.assert_array_equal(a, b)
+  _assert_same_weights(probed, plain)
 
 
 def test_a_model_with_random_layers_is_not_probed_and_trains_the_same(capsys):
   # Before: the probe's steps advanced dropout's random ops, so the same seed
   # gave other weights with the report than without.
-  def train(callbacks):
-    strategy = tfdist.make_strategy("one_device")
-    with strategy.scope():
-      keras.utils.set_random_seed(0)
-      model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(16),
-                                keras.layers.Dropout(0.5), keras.layers.Dense(1)])
-      model.compile(optimizer="adam", loss="mse")
-    keras.utils.set_random_seed(1)
-    model.fit(di.distribute_function(strategy, fast_fn), epochs=3, steps_per_epoch=10,
-              verbose=0, callbacks=callbacks)
-    return model
-
+  layers = (lambda: keras.layers.Dense(16), lambda: keras.layers.Dropout(0.5))
   report = input_report.InputBoundReport(fast_fn, verbose=True)
-  probed, plain = train([report]), train([])
-  for a, b in zip(probed.get_weights(), plain.get_weights()):
-    np.testing.assert_array_equal(a, b)
+  probed, plain = _train([report], layers=layers), _train([], layers=layers)
+  _assert_same_weights(probed, plain)
   assert report.result is None
   assert "random layers ['dropout" in report.skipped
   assert "input-bound report: not measured: the model has random layers" in capsys.readouterr().out
