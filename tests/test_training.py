@@ -38,3 +38,19 @@ def test_dataset_fn_shards_by_input_pipeline():
     assert batch[0].shape == (2, 1)  # Per-replica batch: 4 / 2.
     seen.append(set(fn(context).take(4).unbatch().map(lambda x, y: y).as_numpy_iterator()))
   assert seen[0] == {0, 2, 4, 6} and seen[1] == {1, 3, 5, 7}
+
+
+def test_steps_per_epoch_come_from_the_cardinality_and_only_else_from_one_pass(capsys):
+  read = []
+
+  def counted(x):
+    read.append(1)  # Runs only when the data is read.
+    return x
+
+  known = lambda context: tf.data.Dataset.range(40).map(
+      lambda x: tf.py_function(counted, [x], tf.int64)).batch(8)
+  assert training._finite_steps(known) == 5
+  assert read == [] and "reading it once" not in capsys.readouterr().out
+  unknown = lambda context: tf.data.Dataset.range(40).filter(lambda x: x % 2 == 0).batch(8)
+  assert training._finite_steps(unknown) == 3
+  assert "length is unknown to TensorFlow; reading it once" in capsys.readouterr().out

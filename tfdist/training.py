@@ -99,10 +99,18 @@ def make_dataset_fn(images: np.ndarray, labels: np.ndarray, global_batch_size: i
 
 
 def _finite_steps(dataset_fn) -> int:
-  """Steps per epoch of a finite dataset, counted from one whole-batch pipeline."""
+  """Steps per epoch of a finite dataset: its cardinality, or one counted pass.
+
+  TF knows the cardinality of most pipelines (from tensors, map, batch, take);
+  only where it does not (a filter, files of unknown length) is the data read
+  once to count it, and that is said, because on a large dataset it takes long.
+  """
   dataset = dataset_fn(tf.distribute.InputContext())
   steps = int(dataset.cardinality())
   if steps == tf.data.UNKNOWN_CARDINALITY:
+    print("tfdist: the dataset's length is unknown to TensorFlow; reading it once to count "
+          "its batches. Give the steps per epoch (STEPS_PER_EPOCH in a --data module) to "
+          "skip this.", flush=True)
     steps = int(dataset.reduce(0, lambda count, _: count + 1))
   if steps <= 0:
     raise ValueError("Give the steps per epoch (TrainConfig.steps_per_epoch; STEPS_PER_EPOCH "
