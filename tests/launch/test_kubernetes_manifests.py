@@ -110,3 +110,86 @@ def test_cli_output_matches_the_committed_examples(kind, path, args):
   assert result.returncode == 0, result.stdout
   with open(os.path.join(helpers.REPO, path)) as f:
     assert result.stdout == f.read()
+
+
+# Indexed completion mode is GA from Kubernetes 1.24; the oldest schema the
+# validator ships is 1.25's, and its newest is checked too.
+KUBERNETES_VERSIONS = ("1.25", "latest")
+
+
+@pytest.mark.parametrize("ps, chief", [(0, False), (1, True)])
+def test_indexed_jobs_are_valid_kubernetes(ps, chief):
+  import kubernetes_validate
+  docs = parse(kubernetes.indexed_jobs("digits", image="img:1", command=COMMAND, workers=2,
+                                       ps=ps, chief=chief))
+  for version in KUBERNETES_VERSIONS:
+    version = kubernetes_validate.latest_version() if version == "latest" else version
+    for doc in docs:  # Strict: an unknown field is an error too.
+      kubernetes_validate.validate(doc, version, strict=True)
+  broken = dict(docs[1], spec=dict(docs[1]["spec"], backofLimit=3))
+  with pytest.raises(kubernetes_validate.ValidationError):
+    kubernetes_validate.validate(broken, "1.25", strict=True)
+
+
+def _unknown_fields(data, model, path="") -> list:
+  """Fields of `data` that Kubeflow's (or Kubernetes') generated API model does not have."""
+  import kubernetes.client.models as k8s
+  from kubeflow.training import models as kubeflow
+  names = {json_name: attribute for attribute, json_name in model.attribute_map.items()}
+  unknown = []
+  for key, value in data.items():
+    if key not in names:
+      unknown.append(f"{path}.{key}")
+      continue
+    kind = model.openapi_types[names[key]]
+    inner = kind[5:-1] if kind.startswith("list[") else kind
+    inner = inner.split(", ")[1][:-1] if inner.startswith("dict(") else inner
+    cls = getattr(kubeflow, inner, None) or getattr(k8s, inner, None)
+    if cls is None:
+      continue  # str, int, bool, object
+    for item in (value if kind.startswith("list[") else
+                 value.values() if kind.startswith("dict(") else [value]):
+      unknown += _unknown_fields(item, cls, f"{path}.{key}")
+  return unknown
+
+
+def test_tfjob_matches_kubeflow_training_api():
+  from kubeflow.training import models as kubeflow
+  [doc] = parse(kubernetes.tfjob("digits", image="img:1", command=COMMAND, workers=2, ps=1,
+                                 chief=True))
+  assert _unknown_fields(doc, kubeflow.KubeflowOrgV1TFJob) == []
+  assert _unknown_fields({"spec": {"runPolicy": {"cleanUpPolicy": "x"}}},
+                         kubeflow.KubeflowOrgV1TFJob) == [".spec.runPolicy.cleanUpPolicy"]
+  policies = {name: spec["restartPolicy"] for name, spec in doc["spec"]["tfReplicaSpecs"].items()}
+  assert set(policies.values()) <= {"Always", "OnFailure", "Never", "ExitCode"}
+
+
+@pytest.mark.parametrize("build", [kubernetes.tfjob, kubernetes.indexed_jobs])
+def test_restart_policies_follow_the_launchers_model(build):
+  # Before: TFJob ps tasks never restarted while a restarted chief waited for
+  # them, and Indexed Jobs failed on the first pod failure (backoffLimit 0).
+  def policies(**counts):
+    docs = parse(build("digits", image="img:1", command=COMMAND, **counts))
+    if docs[0]["kind"] == "TFJob":
+      return {name.lower(): spec["restartPolicy"]
+              for name, spec in docs[0]["spec"]["tfReplicaSpecs"].items()}
+    return {doc["metadata"]["name"].split("-", 1)[1]: (
+        doc["spec"]["template"]["spec"]["restartPolicy"], doc["spec"]["backoffLimit"])
+        for doc in docs if doc["kind"] == "Job"}
+
+  collective = policies(workers=2)
+  parameter_servers = policies(workers=2, ps=1, chief=True)
+  if build is kubernetes.tfjob:
+    assert collective == {"worker": "OnFailure"}
+    assert parameter_servers == {"chief": "Never", "worker": "OnFailure", "ps": "Never"}
+  else:
+    assert collective == {"worker": ("OnFailure", kubernetes.BACKOFF_LIMIT)}
+    assert parameter_servers == {"chief": ("Never", 0), "worker": ("OnFailure", 6),
+                                 "ps": ("Never", 0)}
+
+
+def test_tasks_wait_minutes_for_their_peers():
+  for docs in (kubernetes.tfjob("d", image="i:1", command=COMMAND, workers=2),
+               kubernetes.indexed_jobs("d", image="i:1", command=COMMAND, workers=2)):
+    text = kubernetes.to_yaml(docs)
+    assert "name: TFDIST_PREFLIGHT_TIMEOUT\n" in text and "value: '600'" in text

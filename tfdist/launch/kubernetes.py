@@ -10,7 +10,16 @@ each pod gets, so that a test (or a curious user) can check them without a clust
   builds its TF_CONFIG from its `JOB_COMPLETION_INDEX`.
 
 Nothing from this machine's environment goes into a manifest: only the image,
-command and TF_CONFIG.
+command, TF_CONFIG and the preflight's deadline.
+
+Restarts follow `tfdist launch`'s model as far as Kubernetes can (see
+`restart_policy`): under collectives every worker restarts in place when it
+fails, and the peers of a lost worker fail within seconds and restart too, so
+all resume from the backup together; under parameter servers a worker
+restarts alone while the chief reschedules its steps, and a failed chief or ps
+fails the job (resubmit it to resume from the backup). Tasks wait
+`PREFLIGHT_TIMEOUT_SECONDS` for their peers, since pods start minutes apart
+on a busy cluster.
 
 With ps tasks, ps and worker pods only serve; each exits with 0 within seconds
 of the chief's end (`tfdist.servers.serve` watches the chief), so their Jobs
@@ -35,6 +44,12 @@ from tfdist.cluster import spec as cluster_lib
 from tfdist.launch import launcher as launcher_lib
 
 PORT = 2222  # The port the TFJob operator uses; kept the same for Indexed Jobs.
+# Pods of a job are scheduled, pulled and restarted minutes apart on a busy
+# cluster (CrashLoopBackOff waits up to 5 min): each task waits this long for its
+# peers before the preflight gives up, instead of tfdist's 30 s for one machine.
+PREFLIGHT_TIMEOUT_SECONDS = 600
+# Container restarts per Job before it fails (Kubernetes' own default).
+BACKOFF_LIMIT = 6
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,40}[a-z0-9])?$")
 _TFJOB_TYPES = {cluster_lib.CHIEF: "Chief", cluster_lib.WORKER: "Worker",
                 cluster_lib.PS: "PS"}
@@ -78,9 +93,23 @@ def indexed_cluster(name: str, *, workers: int, ps: int = 0, chief: bool = False
   return cluster_lib.ClusterSpec(jobs)
 
 
-def _container(image: str, command: Sequence[str], **extra) -> dict:
+def restart_policy(job: str, ps: int) -> str:
+  """The pod restart policy of a task type: OnFailure, or Never where a restart cannot help.
+
+  Under parameter servers the ps and worker tasks stop serving once the chief is
+  gone (`tfdist.servers.serve`), so a restarted chief would find nobody to
+  train with, and a restarted ps has lost its variables: both fail the job.
+  """
+  if ps and job in (cluster_lib.CHIEF, cluster_lib.PS):
+    return "Never"
+  return "OnFailure"
+
+
+def _container(image: str, command: Sequence[str], env: Sequence[dict] = ()) -> dict:
+  env = [{"name": "TFDIST_PREFLIGHT_TIMEOUT", "value": str(PREFLIGHT_TIMEOUT_SECONDS)},
+         *env]
   return {"name": "tensorflow", "image": image, "command": list(command),
-          "ports": [{"name": "tfjob-port", "containerPort": PORT}], **extra}
+          "ports": [{"name": "tfjob-port", "containerPort": PORT}], "env": env}
 
 
 def tfjob(name: str, *, image: str, command: Sequence[str], workers: int, ps: int = 0,
@@ -95,13 +124,13 @@ def tfjob(name: str, *, image: str, command: Sequence[str], workers: int, ps: in
   for job, n in _counts(workers, ps, chief).items():
     specs[_TFJOB_TYPES[job]] = {
         "replicas": n,
-        # PS tasks serve until the job ends; the others restart on failure.
-        "restartPolicy": "Never" if job == cluster_lib.PS else "OnFailure",
+        "restartPolicy": restart_policy(job, ps),
         "template": {"spec": {"containers": [_container(image, command)]}},
     }
   return [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
            "metadata": {"name": name, "namespace": namespace},
-           "spec": {"runPolicy": {"cleanPodPolicy": "Running"}, "tfReplicaSpecs": specs}}]
+           "spec": {"runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": BACKOFF_LIMIT},
+                    "tfReplicaSpecs": specs}}]
 
 
 # The pod fills in its own index; sh and sed are in every image that has Python.
@@ -138,12 +167,13 @@ def indexed_jobs(name: str, *, image: str, command: Sequence[str], workers: int,
                      "labels": dict(labels)},
         "spec": {
             "completionMode": "Indexed", "completions": n, "parallelism": n,
-            "backoffLimit": 0,
+            # Restarts happen in place, so a pod keeps its name and address.
+            "backoffLimit": BACKOFF_LIMIT if restart_policy(job, ps) == "OnFailure" else 0,
             "template": {
                 "metadata": {"labels": dict(labels)},
                 "spec": {
                     "subdomain": name,  # Pod <name>-<job>-<i> resolves under the Service.
-                    "restartPolicy": "Never",
+                    "restartPolicy": restart_policy(job, ps),
                     "containers": [_container(
                         image, ["/bin/sh", "-c", _INDEXED_COMMAND, "tfdist", *command],
                         env=[{"name": kubernetes_environment.TEMPLATE_ENV, "value": template}])],
