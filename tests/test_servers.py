@@ -35,3 +35,11 @@ def test_a_ps_task_waits_for_the_chief_then_ends_with_0_once_it_is_gone():
   assert process.returncode == 0, output
   assert f"the chief at {chief_address} has finished; ps:0 stops serving" in output
   assert ended < servers.CHIEF_GONE_SECONDS + 5, ended
+
+
+def test_the_host_network_is_not_private_and_a_namespace_is():
+  assert not servers.network_is_private()  # This machine has more than loopback.
+  result = helpers.run(["unshare", "--user", "--map-root-user", "--net", "--",
+                        *helpers.python("-c", "from tfdist import servers; "
+                                        "print(servers.network_is_private())")], timeout=60)
+  assert result.stdout.strip().splitlines()[-1] == "True", result.stdout

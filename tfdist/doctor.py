@@ -114,6 +114,8 @@ def _network() -> List[Tuple[str, str]]:
   local = ("a private loopback-only network: unreachable from other machines" if reason is None
            else f"THIS MACHINE'S NETWORK, reachable from other machines ({reason})")
   return [("tfdist launch tasks", local),
+          ("tfdist train --in_process", local),
           ("in-process servers", "this machine's network, reachable from other machines: "
-           "TensorFlow binds 0.0.0.0 (in_process=True, notebooks); firewall their ports or "
-           "use `tfdist launch`")]
+           "TensorFlow binds 0.0.0.0 (in_process=True in your own process, e.g. a "
+           "notebook); tfdist warns when it starts them; firewall their ports or use "
+           "`tfdist launch`")]

@@ -5,6 +5,7 @@ processes, for tests, notebooks and `tfdist compare`.
 """
 
 import os
+import socket
 import sys
 import time
 from typing import List
@@ -25,6 +26,11 @@ def server_config(num_workers: int) -> "tf.compat.v1.ConfigProto":
   config = tf.compat.v1.ConfigProto()
   config.inter_op_parallelism_threads = num_workers + 1
   return config
+
+
+def network_is_private() -> bool:
+  """Whether this process's network has only loopback (a private namespace)."""
+  return all(name == "lo" for _, name in socket.if_nameindex())
 
 
 def start_servers(spec: cluster_lib.ClusterSpec,

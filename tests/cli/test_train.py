@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import time
 
 import pytest
 
@@ -126,3 +127,37 @@ def test_user_module_errors(tmp_path, flag, text, match):
                        timeout=120)
   assert result.returncode != 0
   assert re.search(match, result.stdout), result.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_an_in_process_cluster_runs_in_a_private_network():
+  # Before: its TF servers listened on every interface of this machine.
+  command = helpers.tfdist_cli("train", "--strategy=parameter_server", "--in_process",
+                               "--epochs=1", "--verbose=0")
+  with helpers.spawned(command) as process:
+    for line in process.stdout:
+      if "the in-process cluster runs in a private loopback-only network" in line:
+        break
+    child = _descendant_with_env(process.pid, b"TFDIST_IN_PRIVATE_NETWORK=1")
+    assert os.readlink(f"/proc/{child}/ns/net") != os.readlink("/proc/self/ns/net")
+    output = process.communicate(timeout=300)[0]
+  assert process.returncode == 0, output[-3000:]
+  assert "strategy=parameter_server" in output
+
+
+def _descendant_with_env(root: int, entry: bytes, seconds: float = 60) -> int:
+  deadline = time.monotonic() + seconds
+  while time.monotonic() < deadline:
+    for name in filter(str.isdigit, os.listdir("/proc")):
+      try:
+        with open(f"/proc/{name}/environ", "rb") as f:
+          if entry not in f.read().split(b"\0"):
+            continue
+        with open(f"/proc/{name}/stat") as f:
+          parent = int(f.read().rsplit(")", 1)[1].split()[1])
+      except OSError:
+        continue
+      if parent == root:
+        return int(name)
+    time.sleep(0.2)
+  raise AssertionError(f"no child of {root} with {entry!r}")

@@ -181,6 +181,8 @@ def test_parameter_server_in_process_fit_evaluate_predict_and_sharding():
   assert sorted(d.split("/task:")[1][0] for d in report["kernel_shards"]) == ["0", "1"]
   assert all("/job:ps/" in d for d in report["kernel_shards"])
   assert report["one_coordinator"]
+  # On the host network, the servers' exposure is said out loud.
+  assert "TensorFlow servers listen on every interface of this machine" in result.stdout
 
 
 class TestCentralStorageWithSchedules:

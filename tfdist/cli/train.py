@@ -6,6 +6,9 @@ cluster itself (one process per task, via `tfdist launch`) unless TF_CONFIG
 says it already runs inside one.
 """
 
+import os
+import signal
+import subprocess
 import sys
 
 from absl import flags
@@ -95,6 +98,37 @@ def _launch_self() -> int:
                          max_restarts=_MAX_RESTARTS.value)
 
 
+# Set in the copy of this command that runs inside the private network.
+_PRIVATE_NETWORK_ENV = "TFDIST_IN_PRIVATE_NETWORK"
+
+
+def _run_in_private_network():
+  """Runs this command again in a loopback-only network namespace; its exit code.
+
+  An in-process cluster's servers listen on every interface (TensorFlow binds
+  0.0.0.0), and they live in this process, so the process itself moves: the
+  same command, the same flags, in a namespace that has only loopback.
+  Returns None where no namespace can be had (the warning says so), and the
+  cluster then runs here.
+  """
+  from tfdist.launch import private_network  # Deferred: only --in_process needs it.
+  report = lambda message: print(f"[tfdist train] {message}", flush=True)
+  with private_network.enter("auto", cluster_lib.ClusterSpec.local(1), report) as prefix:
+    if not prefix:
+      return None
+    report("the in-process cluster runs in a private loopback-only network")
+    process = subprocess.Popen(prefix + self_launch.command("train", sys.modules[__name__]),
+                               env={**os.environ, _PRIVATE_NETWORK_ENV: "1"})
+    forward = lambda signum, frame: process.send_signal(signum)
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+      code = process.wait()
+    finally:
+      for sig, handler in previous.items():
+        signal.signal(sig, handler)
+  return code if code >= 0 else 128 - code
+
+
 def main(argv):
   del argv  # No positional arguments.
   if _COMPRESS_GRADIENTS.value and _STRATEGY.value == "parameter_server":
@@ -104,6 +138,10 @@ def main(argv):
     return 2
   if _needs_local_cluster():
     return _launch_self()
+  if _IN_PROCESS.value and os.environ.get(_PRIVATE_NETWORK_ENV) != "1":
+    code = _run_in_private_network()
+    if code is not None:
+      return code
   if _DEVICES.value:
     from tfdist import devices  # Deferred: imports TensorFlow.
     devices.split_physical_device(_DEVICES.value)

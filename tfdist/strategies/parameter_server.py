@@ -5,6 +5,7 @@ runs as every task; on the chief (the coordinator) it waits for every worker
 and ps to answer, then builds TF's ParameterServerStrategy.
 """
 
+import logging
 from typing import Optional
 
 import tensorflow as tf
@@ -15,6 +16,8 @@ from tfdist.cluster import preflight as preflight_lib
 from tfdist.cluster import spec as cluster_lib
 from tfdist.strategies import keras_guard
 from tfdist.strategies import registry
+
+logger = logging.getLogger("tfdist")
 
 
 def validate_cluster(spec: cluster_lib.ClusterSpec) -> None:
@@ -80,6 +83,13 @@ def _parameter_server(cluster: registry.ClusterArg = None,
           f"from. Received: cluster={cluster!r}")
     validate_cluster(cluster)
     servers = servers_lib.start_servers(cluster)
+    if not servers_lib.network_is_private():
+      logger.warning(
+          "The in-process cluster's TensorFlow servers listen on every interface of this "
+          "machine (TensorFlow binds 0.0.0.0) and take unauthenticated requests, on ports %s. "
+          "For a private loopback-only network run `tfdist train --in_process` or start "
+          "the cluster with `tfdist launch`; otherwise firewall these ports.",
+          sorted(int(a.rsplit(":", 1)[1]) for jobs in cluster.jobs.values() for a in jobs))
     if cluster_lib.CHIEF in cluster.jobs:
       cluster = cluster.with_task(cluster_lib.CHIEF, 0)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
