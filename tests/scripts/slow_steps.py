@@ -18,7 +18,7 @@ class SlowSteps(keras.callbacks.Callback):
     time.sleep(0.6)  # A step this slow: the old 10-batch check came after 6 s.
 
 
-x = np.random.default_rng(0).random((192, 4)).astype("float32")
+x = np.random.default_rng(0).random((128, 4)).astype("float32")
 y = x.sum(axis=1, keepdims=True)
 with strategy.scope():
   model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
