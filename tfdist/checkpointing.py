@@ -233,10 +233,7 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
         self._training_state._ckpt_saved_epoch.assign(epoch - 1)
         self._backup(epoch=epoch - 1)
     elif not backed_up:
-      if batch is None:
-        self._backup(epoch=epoch)
-      else:
-        self._backup(epoch=epoch, batch=batch)
+      self._backup(epoch=epoch, batch=batch)
     self._restore_handler()
     print(f"BackupAndRestore: SIGTERM: backed up epoch {epoch + 1} after {where} to "
           f"{self.backup_dir}; exiting with code {PREEMPTED_EXIT_CODE}. Run the same job "
