@@ -4,7 +4,9 @@ As a real cluster (chief + 2 workers + 1 ps), every task running this same file:
 
     tfdist launch --chief --workers 2 --ps 1 -- python strategies/parameter_server.py
 
-Or alone, with the whole cluster inside this one process:
+Or alone, with the whole cluster inside this one process; its servers then
+listen on this machine's network (TensorFlow binds every interface), which
+`network="host"` accepts:
 
     python strategies/parameter_server.py
 
@@ -15,8 +17,9 @@ serves until the job ends.
 import tfdist
 
 # Inside a cluster (TF_CONFIG, or a SLURM step) use it; alone, make one in-process.
-strategy = tfdist.make_strategy("parameter_server",
-                                in_process=tfdist.ClusterSpec.from_env() is None)
+alone = tfdist.ClusterSpec.from_env() is None
+strategy = tfdist.make_strategy("parameter_server", in_process=alone,
+                                network="host" if alone else "loopback")
 
 import tensorflow as tf
 from tfdist import keras

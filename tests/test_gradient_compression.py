@@ -102,7 +102,7 @@ def test_parameter_servers_are_refused():
 import pytest, tfdist
 from tfdist.gradient_compression import compress_gradients
 
-strategy = tfdist.make_strategy("parameter_server", in_process=True,
+strategy = tfdist.make_strategy("parameter_server", in_process=True, network="host",
     cluster=tfdist.ClusterSpec.local(workers=1, ps=1, chief=True))
 with strategy.scope(), pytest.raises(ValueError) as error:
   compress_gradients(tfdist.keras.optimizers.SGD(0.1))

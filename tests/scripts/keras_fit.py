@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 if not raw:
-  options = {"in_process": True} if strategy_name == "parameter_server" else {}
+  options = {"in_process": True, "network": "host"} if strategy_name == "parameter_server" else {}
   strategy = tfdist.make_strategy(strategy_name, **options)
 elif strategy_name == "multi_worker_mirrored":
   strategy = tf.distribute.MultiWorkerMirroredStrategy()

@@ -10,7 +10,7 @@ import tfdist
 
 num_ps_shards = int(sys.argv[1]) if len(sys.argv) > 1 else None
 spec = tfdist.ClusterSpec.local(workers=2, ps=2, chief=True)
-strategy = tfdist.make_strategy("parameter_server", cluster=spec, in_process=True,
+strategy = tfdist.make_strategy("parameter_server", cluster=spec, in_process=True, network="host",
                                 num_ps_shards=num_ps_shards)
 
 import numpy as np

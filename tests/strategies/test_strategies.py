@@ -132,6 +132,16 @@ class TestErrors:
                        r"Received: ClusterSpec\(chief="):
       tfdist.make_strategy("parameter_server", cluster=spec)
 
+  def test_an_in_process_cluster_on_the_host_network_is_refused_unless_accepted(self):
+    # Before: its servers started on every interface of this machine, silently.
+    with pytest.raises(ValueError, match=r"would listen on every interface of this machine.*"
+                       r"tfdist train --in_process.*network='host'.*Received: "
+                       r"network='loopback' on a network with \["):
+      tfdist.make_strategy("parameter_server", in_process=True)
+    with pytest.raises(ValueError, match=r"`network` must be one of \['loopback', 'host'\]. "
+                       r"Received: 'lan'"):
+      tfdist.make_strategy("parameter_server", in_process=True, network="lan")
+
   def test_parameter_server_needs_a_cluster(self):
     with pytest.raises(ValueError, match=r"parameter_server needs a cluster.*in_process=True.*"
                        r"Received: cluster=None and no TF_CONFIG"):

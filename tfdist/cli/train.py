@@ -78,7 +78,10 @@ def _strategy_options() -> dict:
   if name == "multi_worker_mirrored":
     return {"communication": _COMMUNICATION.value}
   if name == "parameter_server":
-    return {"in_process": True} if _IN_PROCESS.value else {}
+    if not _IN_PROCESS.value:
+      return {}
+    # In the private network, or on the host network after enter()'s warning.
+    return {"in_process": True, "network": "host"}
   return {}
 
 

@@ -6,6 +6,7 @@ and ps to answer, then builds TF's ParameterServerStrategy.
 """
 
 import logging
+import socket
 from typing import Optional
 
 import tensorflow as tf
@@ -18,6 +19,8 @@ from tfdist.strategies import keras_guard
 from tfdist.strategies import registry
 
 logger = logging.getLogger("tfdist")
+
+NETWORKS = ("loopback", "host")
 
 
 def validate_cluster(spec: cluster_lib.ClusterSpec) -> None:
@@ -48,6 +51,7 @@ def _parameter_server(cluster: registry.ClusterArg = None,
                       num_ps_shards: Optional[int] = None,
                       min_shard_bytes: Optional[int] = None,
                       in_process: bool = False,
+                      network: str = "loopback",
                       preflight_timeout: Optional[float] = None) -> tf.distribute.Strategy:
   """Asynchronous training: workers run steps, ps tasks hold the variables.
 
@@ -59,6 +63,11 @@ def _parameter_server(cluster: registry.ClusterArg = None,
       (at most one shard per ps task). Exclusive with `num_ps_shards`.
     in_process: start every worker and ps of `cluster` as servers inside this
       process, and coordinate from here. For one machine, tests and notebooks.
+    network: with `in_process`, where its servers may listen. TensorFlow's
+      servers listen on every interface and take unauthenticated requests, so
+      "loopback" (the default) refuses to start them unless this process's
+      network has only loopback (as under `tfdist train --in_process` or
+      `tfdist launch`); "host" accepts this machine's network, with a warning.
     preflight_timeout: seconds the coordinator waits for every worker and ps to
       answer before it connects (default 30, or TFDIST_PREFLIGHT_TIMEOUT).
 
@@ -82,14 +91,24 @@ def _parameter_server(cluster: registry.ClusterArg = None,
           "`in_process=True` needs a tfdist.ClusterSpec (or none) to start servers "
           f"from. Received: cluster={cluster!r}")
     validate_cluster(cluster)
-    servers = servers_lib.start_servers(cluster)
+    if network not in NETWORKS:
+      raise ValueError(f"`network` must be one of {list(NETWORKS)}. Received: {network!r}")
+    ports = sorted(int(a.rsplit(":", 1)[1]) for jobs in cluster.jobs.values() for a in jobs)
     if not servers_lib.network_is_private():
+      # TensorFlow binds 0.0.0.0 whatever the spec says (tensorflow/tensorflow#2925),
+      # and these servers live in this very process: no namespace can be put around them.
+      if network == "loopback":
+        raise ValueError(
+            "An in-process cluster's TensorFlow servers would listen on every interface of "
+            "this machine (TensorFlow binds 0.0.0.0) and take unauthenticated requests from "
+            "any host that reaches their ports. Run it where only loopback exists "
+            "(`tfdist train --in_process`, or a cluster under `tfdist launch`), or pass "
+            "network='host' to accept this machine's network. Received: network='loopback' "
+            f"on a network with {sorted(n for _, n in socket.if_nameindex() if n != 'lo')}")
       logger.warning(
           "The in-process cluster's TensorFlow servers listen on every interface of this "
-          "machine (TensorFlow binds 0.0.0.0) and take unauthenticated requests, on ports %s. "
-          "For a private loopback-only network run `tfdist train --in_process` or start "
-          "the cluster with `tfdist launch`; otherwise firewall these ports.",
-          sorted(int(a.rsplit(":", 1)[1]) for jobs in cluster.jobs.values() for a in jobs))
+          "machine (network='host'), on ports %s; firewall them on a shared network.", ports)
+    servers = servers_lib.start_servers(cluster)
     if cluster_lib.CHIEF in cluster.jobs:
       cluster = cluster.with_task(cluster_lib.CHIEF, 0)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
