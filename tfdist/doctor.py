@@ -117,5 +117,5 @@ def _network() -> List[Tuple[str, str]]:
           ("tfdist train --in_process", local),
           ("in-process servers", "this machine's network, reachable from other machines: "
            "TensorFlow binds 0.0.0.0 (in_process=True in your own process, e.g. a "
-           "notebook); tfdist warns when it starts them; firewall their ports or use "
-           "`tfdist launch`")]
+           "notebook), so tfdist refuses them unless network='host' accepts that; "
+           "firewall their ports, or use `tfdist launch`")]
