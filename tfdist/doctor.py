@@ -112,7 +112,8 @@ def _network() -> List[Tuple[str, str]]:
   from tfdist.launch import private_network  # Deferred: only this section needs it.
   reason = private_network.unavailable_reason()
   local = ("a private loopback-only network: unreachable from other machines" if reason is None
-           else f"THIS MACHINE'S NETWORK, reachable from other machines ({reason})")
+           else f"refused: no private network can be made ({reason}); --network=host or "
+                "TFDIST_NETWORK=host runs them on this machine's network")
   return [("tfdist launch tasks", local),
           ("tfdist train --in_process", local),
           ("in-process servers", "this machine's network, reachable from other machines: "

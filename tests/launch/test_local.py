@@ -397,3 +397,28 @@ def test_a_second_ctrl_c_during_the_grace_period_leaves_no_task_group_behind(tmp
   while time.monotonic() < deadline and any(alive(pid) for pid in pids):
     time.sleep(0.2)
   assert not [pid for pid in pids if alive(pid)]
+
+
+def test_no_private_network_is_refused_unless_the_host_network_is_accepted(tmp_path):
+  # Before: the launcher fell back to the host network with a single line.
+  # Without util-linux on PATH no namespace can be made, as where the kernel forbids it.
+  code = "print('task ran')"
+  no_tools = {"PATH": str(tmp_path)}
+  refused = helpers.run(helpers.tfdist_cli("launch", "--workers=1", "--", PY, "-c", code),
+                        timeout=60, env=no_tools)
+  assert refused.returncode == 2, refused.stdout
+  assert ("tfdist launch: no private network can be made here, and without one the tasks' "
+          "TensorFlow servers would listen on every interface") in refused.stdout
+  assert "pass --network=host (network='host'), or set TFDIST_NETWORK=host" in refused.stdout
+  assert "Received: install util-linux" in refused.stdout
+  assert "task ran" not in refused.stdout
+  # Accepted by the flag, or by the variable for commands that launch themselves.
+  for flags, env in ((["--network=host"], no_tools), ([], {**no_tools, "TFDIST_NETWORK": "host"})):
+    result = helpers.run(helpers.tfdist_cli("launch", "--workers=1", *flags, "--", PY, "-c", code),
+                         timeout=60, env=env)
+    assert result.returncode == 0 and "[worker:0] task ran" in result.stdout, result.stdout
+  bad = helpers.run(helpers.tfdist_cli("launch", "--workers=1", "--", PY, "-c", code),
+                    timeout=60, env={"TFDIST_NETWORK": "lan"})
+  assert bad.returncode != 0
+  assert "`TFDIST_NETWORK` must be one of ['auto', 'loopback', 'host']. Received: 'lan'" \
+      in bad.stdout

@@ -35,9 +35,10 @@ _GRACE_PERIOD = flags.DEFINE_float(
     "SIGKILL when the cluster is stopped, to back up (SLURM's and Kubernetes' default).",
     lower_bound=0)
 _NETWORK = flags.DEFINE_enum(
-    "network", "auto", list(launch_lib.NETWORKS), "loopback: tasks run in a private network "
+    "network", None, list(launch_lib.NETWORKS), "loopback: tasks run in a private network "
     "namespace with only loopback (TensorFlow's servers listen on every interface); host: "
-    "the machine's network; auto: loopback where the kernel allows it.")
+    "the machine's network; auto: loopback for a local cluster, refused where the kernel "
+    "allows no namespace. Default: TFDIST_NETWORK, else auto.")
 _SLURM = flags.DEFINE_bool("slurm", False, "Submit to SLURM with sbatch instead of running "
                            "locally. With --ps, task 0 is the chief.")
 _TIME_MINUTES = flags.DEFINE_integer("time_minutes", 60, "--slurm: the job's time limit.",
@@ -71,7 +72,7 @@ def main(argv):
     print(f"tfdist launch: {e}", file=sys.stderr)
     return 127
   except private_network.Unavailable as e:
-    print(f"tfdist launch: --network=loopback: {e}", file=sys.stderr)
+    print(f"tfdist launch: {e}", file=sys.stderr)
     return 2
   except slurm.SlurmError as e:
     print(f"tfdist launch: {e}", file=sys.stderr)

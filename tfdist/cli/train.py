@@ -80,7 +80,7 @@ def _strategy_options() -> dict:
   if name == "parameter_server":
     if not _IN_PROCESS.value:
       return {}
-    # In the private network, or on the host network after enter()'s warning.
+    # In the private network, or on the host network that TFDIST_NETWORK=host accepted.
     return {"in_process": True, "network": "host"}
   return {}
 
@@ -111,24 +111,35 @@ def _run_in_private_network():
   An in-process cluster's servers listen on every interface (TensorFlow binds
   0.0.0.0), and they live in this process, so the process itself moves: the
   same command, the same flags, in a namespace that has only loopback.
-  Returns None where no namespace can be had (the warning says so), and the
-  cluster then runs here.
+  Returns None when TFDIST_NETWORK=host accepts this machine's network (the
+  cluster then runs here), and 2 where no namespace can be made.
   """
   from tfdist.launch import private_network  # Deferred: only --in_process needs it.
   report = lambda message: print(f"[tfdist train] {message}", flush=True)
-  with private_network.enter("auto", cluster_lib.ClusterSpec.local(1), report) as prefix:
-    if not prefix:
-      return None
-    report("the in-process cluster runs in a private loopback-only network")
-    process = subprocess.Popen(prefix + self_launch.command("train", sys.modules[__name__]),
-                               env={**os.environ, _PRIVATE_NETWORK_ENV: "1"})
-    forward = lambda signum, frame: process.send_signal(signum)
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-      code = process.wait()
-    finally:
-      for sig, handler in previous.items():
-        signal.signal(sig, handler)
+  network = os.environ.get(private_network.NETWORK_ENV, "auto")
+  if network == "host":
+    return None  # The user accepted this machine's network.
+  try:
+    with private_network.enter(network, cluster_lib.ClusterSpec.local(1), report) as prefix:
+      report("the in-process cluster runs in a private loopback-only network")
+      return _run_forwarding_signals(
+          prefix + self_launch.command("train", sys.modules[__name__]),
+          env={**os.environ, _PRIVATE_NETWORK_ENV: "1"})
+  except private_network.Unavailable as e:  # Raised on entering, before anything runs.
+    print(f"tfdist train: --in_process: {e}", file=sys.stderr)
+    return 2
+
+
+def _run_forwarding_signals(command, env) -> int:
+  """Runs `command`, passing SIGINT and SIGTERM on to it; its exit code as a shell gives it."""
+  process = subprocess.Popen(command, env=env)
+  forward = lambda signum, frame: process.send_signal(signum)
+  previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+  try:
+    code = process.wait()
+  finally:
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
   return code if code >= 0 else 128 - code
 
 

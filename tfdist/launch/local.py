@@ -103,7 +103,7 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
                  env: Optional[Mapping[str, str]] = None,
                  output: Optional[TextIO] = None,
                  max_restarts: int = 0,
-                 network: str = "auto",
+                 network: Optional[str] = None,
                  grace_period: float = GRACE_PERIOD_SECONDS) -> int:
   """Runs `command` once per task of `spec` and waits for the cluster.
 
@@ -120,7 +120,8 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
     network: "loopback" runs the tasks in a private network namespace that has
       only a loopback interface, because TensorFlow's gRPC servers listen on
       every interface; "host" shares this machine's network; "auto" is
-      loopback when the spec is all-loopback and the kernel allows it.
+      loopback for an all-loopback spec (an error where no namespace can be
+      made) and the host's for real hosts. None: `TFDIST_NETWORK`, else "auto".
     grace_period: seconds a task has between SIGTERM and SIGKILL when the
       cluster is stopped (on a failure, a timeout, or SIGTERM/SIGINT to the
       launcher): time for `checkpointing.BackupAndRestore` to back up.
@@ -132,14 +133,20 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
   Raises:
     ValueError: empty command, bad max_restarts or network, or ps tasks without a chief.
     LaunchError: the command cannot be started (e.g. not found).
+    private_network.Unavailable: no private network for an all-loopback spec,
+      and network is not "host".
   """
   if not command:
     raise ValueError("`command` is empty: give the program to run, e.g. "
                      "['python', 'train.py']. Received: []")
   if not isinstance(max_restarts, int) or max_restarts < 0:
     raise ValueError(f"`max_restarts` must be an integer >= 0. Received: {max_restarts!r}")
+  source = "network"
+  if network is None:
+    source, network = private_network.NETWORK_ENV, os.environ.get(
+        private_network.NETWORK_ENV, "auto")
   if network not in NETWORKS:
-    raise ValueError(f"`network` must be one of {list(NETWORKS)}. Received: {network!r}")
+    raise ValueError(f"`{source}` must be one of {list(NETWORKS)}. Received: {network!r}")
   if not (isinstance(grace_period, (int, float)) and grace_period >= 0):
     raise ValueError(f"`grace_period` must be a number of seconds >= 0. "
                      f"Received: grace_period={grace_period!r}")
@@ -312,7 +319,7 @@ class LocalLauncher(launcher_lib.Launcher):
   """Every task as a process of this machine, on free loopback ports (`launch_local`)."""
 
   def __init__(self, *, timeout: Optional[float] = None, max_restarts: int = 0,
-               network: str = "auto", env: Optional[Mapping[str, str]] = None,
+               network: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
                output: Optional[TextIO] = None,
                grace_period: float = GRACE_PERIOD_SECONDS):
     self.options = dict(timeout=timeout, max_restarts=max_restarts, network=network, env=env,

@@ -36,6 +36,9 @@ print("ready", flush=True)
 sys.stdin.read()
 """
 _START_SECONDS = 10
+# Where a command launches a cluster itself (tfdist train, bench, scale), the
+# network a user chose: explicit argument, else this variable, else "auto".
+NETWORK_ENV = "TFDIST_NETWORK"
 
 
 class Unavailable(RuntimeError):
@@ -49,13 +52,16 @@ def enter(network: str, spec: cluster_lib.ClusterSpec,
 
   Args:
     network: "loopback" (private namespace, or an error), "host" (no prefix),
-      or "auto" (loopback when `spec` is all-loopback and the kernel allows it).
+      or "auto" (loopback for an all-loopback spec, the host's network for a
+      spec that names real hosts).
     spec: the cluster.
     report: prints one line for the user.
 
   Raises:
     ValueError: "loopback" for a spec that names other hosts.
-    Unavailable: "loopback" where no namespace can be created.
+    Unavailable: no namespace can be created for an all-loopback spec, unless
+      network is "host": TensorFlow's servers would be open to the network,
+      so that takes the user's word.
   """
   if network == "host":
     yield []
@@ -69,15 +75,12 @@ def enter(network: str, spec: cluster_lib.ClusterSpec,
   try:
     holder = _start_holder()
   except Unavailable as e:
-    if network == "loopback":
-      raise
-    report(f"WARNING: no private network here ({e}). The tasks share this machine's "
-           "network, and TensorFlow's servers listen on every interface and take "
-           "unauthenticated requests from any host that reaches their ports. Pass "
-           "--network=host (network='host') to accept that and silence this warning, or "
-           "--network=loopback to refuse to start without isolation.")
-    yield []
-    return
+    raise Unavailable(
+        "no private network can be made here, and without one the tasks' TensorFlow "
+        "servers would listen on every interface of this machine and take unauthenticated "
+        "requests from any host that reaches their ports. To run on this machine's "
+        f"network anyway, pass --network=host (network='host'), or set {NETWORK_ENV}=host "
+        f"for commands that launch themselves. Received: {e}") from e
   try:
     yield ["nsenter", f"--target={holder.pid}", "--user", "--net",
            "--preserve-credentials", "--"]
