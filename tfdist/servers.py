@@ -28,9 +28,14 @@ def server_config(num_workers: int) -> "tf.compat.v1.ConfigProto":
   return config
 
 
+def network_interfaces() -> List[str]:
+  """The network interfaces this process sees besides loopback."""
+  return sorted(name for _, name in socket.if_nameindex() if name != "lo")
+
+
 def network_is_private() -> bool:
   """Whether this process's network has only loopback (a private namespace)."""
-  return all(name == "lo" for _, name in socket.if_nameindex())
+  return not network_interfaces()
 
 
 def start_servers(spec: cluster_lib.ClusterSpec,

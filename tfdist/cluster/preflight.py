@@ -67,13 +67,8 @@ def preflight_timeout(timeout: Optional[float] = None,
 
 
 def reachable(address: str, timeout: float = 1.0) -> bool:
-  """Whether something accepts TCP connections at "host:port" right now."""
-  host, port = cluster_lib.split_address(address)
-  try:
-    with socket.create_connection((host, int(port)), timeout=timeout):
-      return True
-  except OSError:
-    return False
+  """Whether something accepts TCP connections at "host:port" right now (see `probe`)."""
+  return address in probe([address], timeout)
 
 
 def resolve(address: str) -> List[Tuple[int, tuple]]:

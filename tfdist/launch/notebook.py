@@ -6,7 +6,6 @@ import sys
 import textwrap
 from typing import Optional, Sequence, TextIO
 
-from tfdist.cluster import spec as cluster_lib
 from tfdist.launch import launcher
 from tfdist.launch import local
 
@@ -54,12 +53,8 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
   else:
     raise TypeError("notebook_launch takes a function or a script path. "
                     f"Received: {type(function_or_script).__name__}")
-  output = output or sys.stdout
-  job, note = launcher.with_coordinator(launcher.Job(workers=workers, ps=ps, chief=chief))
-  if note:
-    output.write(f"[tfdist launch] {note}\n")
-  spec = cluster_lib.ClusterSpec.local(job.workers, ps=job.ps, chief=job.chief)
-  code = local.launch_local(command, spec, timeout=timeout, output=output)
+  job = launcher.Job(workers=workers, ps=ps, chief=chief)
+  code = local.LocalLauncher(timeout=timeout, output=output or sys.stdout).launch(command, job)
   if code != 0:
-    raise local.LaunchError(f"The cluster {spec} ended with exit code {code}; see the lines above. "
-                      f"Received: exit code {code}")
+    raise local.LaunchError(f"The cluster {job} ended with exit code {code}; see the lines "
+                            f"above. Received: exit code {code}")

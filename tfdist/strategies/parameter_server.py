@@ -6,7 +6,6 @@ and ps to answer, then builds TF's ParameterServerStrategy.
 """
 
 import logging
-import socket
 from typing import Optional
 
 import tensorflow as tf
@@ -94,7 +93,8 @@ def _parameter_server(cluster: registry.ClusterArg = None,
     if network not in NETWORKS:
       raise ValueError(f"`network` must be one of {list(NETWORKS)}. Received: {network!r}")
     ports = sorted(int(a.rsplit(":", 1)[1]) for jobs in cluster.jobs.values() for a in jobs)
-    if not servers_lib.network_is_private():
+    interfaces = servers_lib.network_interfaces()
+    if interfaces:
       # TensorFlow binds 0.0.0.0 whatever the spec says (tensorflow/tensorflow#2925),
       # and these servers live in this very process: no namespace can be put around them.
       if network == "loopback":
@@ -104,7 +104,7 @@ def _parameter_server(cluster: registry.ClusterArg = None,
             "any host that reaches their ports. Run it where only loopback exists "
             "(`tfdist train --in_process`, or a cluster under `tfdist launch`), or pass "
             "network='host' to accept this machine's network. Received: network='loopback' "
-            f"on a network with {sorted(n for _, n in socket.if_nameindex() if n != 'lo')}")
+            f"on a network with {interfaces}")
       logger.warning(
           "The in-process cluster's TensorFlow servers listen on every interface of this "
           "machine (network='host'), on ports %s; firewall them on a shared network.", ports)
