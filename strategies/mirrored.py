@@ -6,7 +6,7 @@ Copy this file and swap in your model and data. With no GPU, the CPU is split
 into two logical devices so that two replicas really run.
 """
 
-import tfdist  # First: makes tf.keras the Keras that trains under every strategy.
+import tfdist
 
 tfdist.devices.split_physical_device(2)  # Only for CPU-only machines; before any TF op.
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-import tfdist  # Before TensorFlow: tf.keras resolves to tf_keras.
+import tfdist
 
 # Must run before the TF runtime starts; nothing before this line may run an op.
 tfdist.devices.split_physical_device(2)

@@ -12,31 +12,36 @@ from tfdist import keras_support
 KERAS_FIT = f"{helpers.SCRIPTS}/keras_fit.py"
 
 
-def test_tfdist_keras_is_tf_keras_and_so_is_tf_keras():
-  import tensorflow as tf
+def test_tfdist_keras_is_tf_keras():
   import tf_keras
   assert tfdist.keras is tf_keras
-  assert os.environ["TF_USE_LEGACY_KERAS"] == "1"
-  assert tf.keras.Sequential is tf_keras.Sequential
-  assert keras_support.tf_keras_flavour() == keras_support.TF_KERAS
 
 
-def test_importing_tfdist_after_tensorflow_is_enough():
+def test_importing_tfdist_changes_no_environment_variable():
+  code = ("import os, json; before = dict(os.environ); import tfdist; "
+          "tfdist.make_strategy; tfdist.keras; "
+          "print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))")
+  result = helpers.run(helpers.python("-c", code), timeout=120)
+  assert result.returncode == 0, result.stdout[-2000:]
+  assert result.stdout.strip().splitlines()[-1] == "{}"
+
+
+def test_use_legacy_keras_is_the_explicit_switch():
   code = ("import os; os.environ.pop('TF_USE_LEGACY_KERAS', None); import tensorflow as tf; "
-          "import tfdist; import tf_keras; "
+          "import tfdist; tfdist.use_legacy_keras(); import tf_keras; "
           "assert tf.keras.Sequential is tf_keras.Sequential; print('OK')")
   result = helpers.run(helpers.python("-c", code), timeout=120)
   assert result.stdout.strip().endswith("OK"), result.stdout[-2000:]
 
 
-def test_tf_keras_used_before_tfdist_gets_a_clear_message():
+def test_tf_keras_used_before_the_switch_gets_a_clear_message():
   code = ("import os; os.environ.pop('TF_USE_LEGACY_KERAS', None); import tensorflow as tf; "
-          "tf.keras.Sequential; import tfdist")
+          "tf.keras.Sequential; import tfdist; tfdist.use_legacy_keras()")
   result = helpers.run(helpers.python("-W", "always", "-c", code), timeout=120)
   assert result.returncode == 0, result.stdout[-2000:]
   assert "tf.keras in this process is already Keras 3" in result.stdout
   assert "`from tfdist import keras`" in result.stdout
-  assert "import tfdist before TensorFlow" in result.stdout
+  assert "Received: tf.keras is Keras 3" in result.stdout
 
 
 @pytest.mark.parametrize("name", ["one_device", "mirrored", "central_storage"])
@@ -61,44 +66,23 @@ def _launch(*script_args, workers=2):
 
 
 @pytest.mark.slow
-class TestMultiWorkerMirrored:
-
-  def test_keras3_fails_inside_tensorflow_without_tfdist(self):
-    result = _launch("keras3", "multi_worker_mirrored", "raw")
-    assert result.returncode == 4, result.stdout[-3000:]
-    assert "FAILED: ValueError: Attempt to convert a value (PerReplica" in result.stdout
-
-  def test_keras3_is_refused_up_front_with_the_fix(self):
-    result = _launch("keras3", "multi_worker_mirrored")
-    assert result.returncode == 3, result.stdout[-3000:]
-    assert ("REFUSED: Keras 3 cannot fit under multi-worker MultiWorkerMirroredStrategy"
-            in result.stdout)
-    assert "keras-team/keras#20585" in result.stdout
-    assert "`from tfdist import keras`" in result.stdout
-    assert "Received: a Keras 3." in result.stdout
-
-  def test_tf_keras_trains_with_identical_losses_on_both_workers(self):
-    result = _launch("tf_keras", "multi_worker_mirrored")
-    assert result.returncode == 0, result.stdout[-3000:]
-    losses = {line.split("]")[0]: line.split("TRAINED: ")[1]
-              for line in result.stdout.splitlines() if "TRAINED: " in line}
-    assert set(losses) == {"[worker:0", "[worker:1"}
-    assert losses["[worker:0"] == losses["[worker:1"]
-    evaluated = {line.split("]")[0]: line.split("EVALUATED: ")[1]
-                 for line in result.stdout.splitlines() if "EVALUATED: " in line}
-    assert evaluated["[worker:0"] == evaluated["[worker:1"]
-    assert "predictions=(64, 1)" in evaluated["[worker:0"]
-    final_loss = float(losses["[worker:0"].strip("]").split(", ")[-1])
-    assert float(evaluated["[worker:0"].split()[0].split("=")[1]) < 1.5 * final_loss
-    assert "[worker:0] REDUCTION: first" in result.stdout
-    default = {line.split("]")[0]: line.split("DEFAULT_REDUCTION_TRAINED: ")[1]
-               for line in result.stdout.splitlines() if "DEFAULT_REDUCTION_TRAINED: " in line}
-    assert default["[worker:0"] == default["[worker:1"] == losses["[worker:0"]
-
-  def test_keras3_single_worker_is_allowed(self):
-    result = _launch("keras3", "multi_worker_mirrored", workers=1)
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert "TRAINED" in result.stdout
+def test_tf_keras_trains_under_two_workers_with_identical_losses():
+  result = _launch("tf_keras", "multi_worker_mirrored")
+  assert result.returncode == 0, result.stdout[-3000:]
+  losses = {line.split("]")[0]: line.split("TRAINED: ")[1]
+            for line in result.stdout.splitlines() if "TRAINED: " in line}
+  assert set(losses) == {"[worker:0", "[worker:1"}
+  assert losses["[worker:0"] == losses["[worker:1"]
+  evaluated = {line.split("]")[0]: line.split("EVALUATED: ")[1]
+               for line in result.stdout.splitlines() if "EVALUATED: " in line}
+  assert evaluated["[worker:0"] == evaluated["[worker:1"]
+  assert "predictions=(64, 1)" in evaluated["[worker:0"]
+  final_loss = float(losses["[worker:0"].strip("]").split(", ")[-1])
+  assert float(evaluated["[worker:0"].split()[0].split("=")[1]) < 1.5 * final_loss
+  assert "[worker:0] REDUCTION: first" in result.stdout
+  default = {line.split("]")[0]: line.split("DEFAULT_REDUCTION_TRAINED: ")[1]
+             for line in result.stdout.splitlines() if "DEFAULT_REDUCTION_TRAINED: " in line}
+  assert default["[worker:0"] == default["[worker:1"] == losses["[worker:0"]
 
 
 @pytest.mark.slow
@@ -123,7 +107,7 @@ class TestParameterServer:
 
 
 def test_support_matrix_names_the_failures():
-  failing = {key for key, reason in keras_support.SUPPORT.items() if reason}
+  failing = {key for key, (raw, _) in keras_support.SUPPORT.items() if raw != "works"}
   assert failing == {(keras_support.KERAS3, "multi_worker_mirrored (2+ workers)"),
                      (keras_support.KERAS3, "parameter_server")}
 

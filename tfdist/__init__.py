@@ -9,8 +9,10 @@ Example:
 ...   model = keras.Sequential([keras.layers.Dense(10)])
 ...   model.compile(optimizer="sgd", loss="mse")
 
-Importing tfdist imports no TensorFlow: it only makes `tf.keras` resolve to
-tf_keras (see `keras_support`). TensorFlow loads on first use of an attribute.
+Importing tfdist imports no TensorFlow and changes nothing for other code (not
+even `os.environ`): TensorFlow loads on first use of an attribute. Whichever
+Keras a model comes from, tfdist handles it; to make `tf.keras` itself resolve
+to tf_keras, call `tfdist.use_legacy_keras()` before anything touches it.
 """
 
 import importlib
@@ -19,16 +21,13 @@ import importlib.util
 import sys
 import warnings
 
-from tfdist import keras_support as _keras_support
-
-_keras_support.use_legacy_keras()
-
 __version__ = "0.1.0"
 
 # Public name -> (module, attribute or None for the module itself). Loaded lazily
 # so that `import tfdist` stays cheap for launchers and CLIs.
 _EXPORTS = {
     "keras": ("tf_keras", None),
+    "use_legacy_keras": ("tfdist.keras_support", "use_legacy_keras"),
     "ClusterSpec": ("tfdist.cluster", "ClusterSpec"),
     "TaskSpec": ("tfdist.cluster", "TaskSpec"),
     "make_strategy": ("tfdist.strategies", "make_strategy"),

@@ -60,8 +60,8 @@ def _devices() -> List[Tuple[str, str]]:
 
 def _matrix() -> List[Tuple[str, str]]:
   rows = []
-  for (flavour, strategy), reason in keras_support.SUPPORT.items():
-    rows.append((f"{flavour:8} {strategy}", "works" if reason is None else f"FAILS: {reason}"))
+  for (flavour, strategy), (raw, tfdist) in keras_support.SUPPORT.items():
+    rows.append((f"{flavour:8} {strategy}", tfdist if raw == tfdist else f"{tfdist}; raw {raw}"))
   return rows
 
 
@@ -99,9 +99,6 @@ def diagnose(environ: Optional[Mapping[str, str]] = None, *,
   report.sections.append(("versions", _versions()))
   report.sections.append(("devices", _devices()))
   report.sections.append(("keras x strategy (fit)", _matrix()))
-  if keras_support.tf_keras_flavour() == keras_support.KERAS3:
-    report.problems.append("tf.keras is Keras 3 here: use `from tfdist import keras` or set "
-                           "TF_USE_LEGACY_KERAS=1 for multi-worker and parameter-server jobs.")
   report.sections.append(("network", _network()))
   _cluster(report, environ, reachability_timeout)
   return report

@@ -1,14 +1,14 @@
-"""Which Keras trains under which strategy, and the choice tfdist makes for you.
+"""Which Keras a process uses, and where raw Keras 3 fails under tf.distribute.
 
-On TF 2.21, Keras 3 cannot `fit` under multi-worker MultiWorkerMirroredStrategy
+On TF 2.21, raw Keras 3 cannot `fit` under multi-worker MultiWorkerMirroredStrategy
 (keras-team/keras#20585) nor under ParameterServerStrategy (keras-team/keras#18624:
-Keras 3 has no DatasetCreator). tf_keras trains under all of them. So `tfdist.keras`
-is tf_keras, and importing tfdist sets `TF_USE_LEGACY_KERAS=1` so that `tf.keras`
-is the same module, unless the user already chose.
+Keras 3 has no DatasetCreator). tf_keras trains under all of them. tfdist's
+multi_worker_mirrored makes Keras 3 train there too (`keras3_workarounds`); under
+parameter_server, Keras 3 trains with `tfdist.loop`, and its `fit` is refused
+before the first step (see `refuse_keras3`) instead of failing inside it.
 
-A Keras 3 model is still fine under one_device, mirrored and central_storage; under
-a strategy where it would fail, tfdist raises before the first step (see
-`refuse_keras3`), instead of TensorFlow's error from deep inside the first step.
+`tfdist.keras` is tf_keras. Importing tfdist changes no environment variable:
+`use_legacy_keras()` is the explicit call that makes `tf.keras` resolve to it.
 """
 
 import os
@@ -23,44 +23,40 @@ KERAS3 = "keras3"
 TF_KERAS = "tf_keras"
 
 # Measured on TF 2.21 / Keras 3.15 / tf_keras 2.21 (docs/known_issues.md) and asserted
-# by tests/test_keras_support.py. (keras flavour, strategy) -> reason it fails, or None.
-_MWMS_ISSUE = ("Keras 3 cannot fit under multi-worker MultiWorkerMirroredStrategy: "
-               "it fails converting PerReplica values (keras-team/keras#20585)")
-_PSS_ISSUE = ("Keras 3 cannot fit under ParameterServerStrategy: it has no "
-              "DatasetCreator and never uses the ClusterCoordinator (keras-team/keras#18624)")
-SUPPORT = {
-    (KERAS3, "one_device"): None,
-    (KERAS3, "mirrored"): None,
-    (KERAS3, "central_storage"): None,
-    (KERAS3, "multi_worker_mirrored (1 worker)"): None,
-    (KERAS3, "multi_worker_mirrored (2+ workers)"): _MWMS_ISSUE,
-    (KERAS3, "parameter_server"): _PSS_ISSUE,
-    (TF_KERAS, "one_device"): None,
-    (TF_KERAS, "mirrored"): None,
-    (TF_KERAS, "central_storage"): None,
-    (TF_KERAS, "multi_worker_mirrored (1 worker)"): None,
-    (TF_KERAS, "multi_worker_mirrored (2+ workers)"): None,
-    (TF_KERAS, "parameter_server"): None,
-}
+# by tests/test_keras3_workarounds.py and tests/test_keras_support.py.
+MWMS_FAILURE = ("Keras 3 cannot fit under multi-worker MultiWorkerMirroredStrategy: "
+                "it fails converting PerReplica values (keras-team/keras#20585)")
+PSS_FAILURE = ("Keras 3 cannot fit under ParameterServerStrategy: it has no "
+               "DatasetCreator and never uses the ClusterCoordinator (keras-team/keras#18624)")
+STRATEGIES = ("one_device", "mirrored", "central_storage", "multi_worker_mirrored (1 worker)",
+              "multi_worker_mirrored (2+ workers)", "parameter_server")
+# (keras flavour, strategy) -> (what raw Keras `fit` does, what it does under tfdist).
+SUPPORT = {(flavour, strategy): ("works", "works") for flavour in (KERAS3, TF_KERAS)
+           for strategy in STRATEGIES}
+SUPPORT[(KERAS3, "multi_worker_mirrored (2+ workers)")] = (
+    f"FAILS: {MWMS_FAILURE}", "works (tfdist.keras3_workarounds)")
+SUPPORT[(KERAS3, "parameter_server")] = (
+    f"FAILS: {PSS_FAILURE}", "refused before the first step, with the fix")
 
 
 def use_legacy_keras() -> None:
-  """Makes `tf.keras` resolve to tf_keras, or warns when it is too late.
+  """Makes `tf.keras` resolve to tf_keras in this process and its children.
 
   TensorFlow resolves `tf.keras` lazily, on first attribute access, from
   `TF_USE_LEGACY_KERAS`. So setting it works even after `import tensorflow`, as
-  long as nothing touched `tf.keras` yet. An explicit user setting wins.
+  long as nothing touched `tf.keras` yet; if something did, this warns. An
+  explicit user setting of the variable wins. Only needed for code written
+  against `tf.keras`: `tfdist.keras` is tf_keras either way.
   """
   os.environ.setdefault(LEGACY_KERAS_ENV, "1")
   flavour = tf_keras_flavour()
   if flavour == KERAS3:
     warnings.warn(
         "tf.keras in this process is already Keras 3, because it was used before "
-        "tfdist was imported. Keras 3 cannot fit under multi-worker or "
-        "parameter-server strategies. Build models with `from tfdist import keras` "
-        "(tf_keras), or import tfdist before TensorFlow, or set "
-        f"{LEGACY_KERAS_ENV}=1 in the environment. Received: tf.keras is Keras 3",
-        UserWarning, stacklevel=3)
+        "tfdist.use_legacy_keras() was called. Call it before anything uses "
+        "tf.keras, or build models with `from tfdist import keras` (tf_keras), or "
+        f"set {LEGACY_KERAS_ENV}=1 in the environment. Received: tf.keras is Keras 3",
+        UserWarning, stacklevel=2)
 
 
 def tf_keras_flavour() -> Optional[str]:
@@ -97,8 +93,8 @@ def refuse_keras3(strategy_name: str, reason: str) -> None:
   import keras  # Only reached from inside Keras 3's own trainer.
   raise TypeError(
       f"{reason}. Build the model with tf_keras, which trains under "
-      f"{strategy_name}: `from tfdist import keras` (or import tfdist before "
-      "TensorFlow and use tf.keras). "
+      f"{strategy_name}: `from tfdist import keras` (or call "
+      "tfdist.use_legacy_keras() first and use tf.keras). "
       f"Received: a Keras {keras.__version__} model under {strategy_name}")
 
 

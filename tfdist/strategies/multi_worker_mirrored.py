@@ -10,6 +10,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from tfdist import keras3_workarounds
 from tfdist import keras_support
 from tfdist.cluster import preflight as preflight_lib
 from tfdist.cluster import spec as cluster_lib
@@ -36,13 +37,19 @@ def validate_cluster(spec: cluster_lib.ClusterSpec) -> None:
 
 
 class MultiWorkerMirroredStrategy(keras_guard.RefusesKeras3, tf.distribute.MultiWorkerMirroredStrategy):
-  """`tf.distribute.MultiWorkerMirroredStrategy` that refuses Keras 3 when multi-worker."""
+  """`tf.distribute.MultiWorkerMirroredStrategy` under which Keras 3 trains too.
+
+  With 2+ workers it enables `keras3_workarounds.enable_multi_worker()`; for a
+  Keras 3 outside the tested versions, a Keras 3 `fit` is refused up front with
+  the reason instead of failing inside its first step.
+  """
 
   _tfdist_name = "multi_worker_mirrored"
 
   def _keras3_failure(self):
-    return keras_support.SUPPORT[(keras_support.KERAS3, "multi_worker_mirrored (2+ workers)")] \
-        if keras_support.is_multi_worker_mirrored(self) else None
+    if not keras_support.is_multi_worker_mirrored(self) or keras3_workarounds.is_enabled():
+      return None
+    return f"{keras_support.MWMS_FAILURE}; {keras3_workarounds.unsupported_reason()}"
 
 
 @registry.register("multi_worker_mirrored", validate_cluster=validate_cluster)
@@ -106,4 +113,6 @@ def _multi_worker_mirrored(cluster: registry.ClusterArg = None,
           "`make_strategy(...)` to the top of the program. "
           f"Received: {e}") from e
     raise
+  if keras_support.is_multi_worker_mirrored(strategy):
+    keras3_workarounds.enable_multi_worker()
   return strategy

@@ -37,7 +37,7 @@ class ParameterServerStrategy(keras_guard.RefusesKeras3, tf.distribute.Parameter
   _tfdist_name = "parameter_server"
 
   def _keras3_failure(self):
-    return keras_support.SUPPORT[(keras_support.KERAS3, "parameter_server")]
+    return keras_support.PSS_FAILURE
 
   @property
   def coordinator(self) -> "tf.distribute.experimental.coordinator.ClusterCoordinator":

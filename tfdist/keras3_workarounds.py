@@ -1,0 +1,228 @@
+"""Keras 3 under tf.distribute where Keras itself fails: narrow, gated, undoable.
+
+On TensorFlow's backend, Keras 3 (3.8 through 3.15 measured here) cannot `fit`,
+`evaluate` or `predict` under MultiWorkerMirroredStrategy with two or more
+workers (keras-team/keras#20585). Its TensorFlow trainer fails in three places:
+
+1. `_maybe_symbolic_build` averages the first input batch across replicas with
+   `strategy.reduce`, which cannot convert a multi-worker `PerReplica`. Building
+   needs only the shapes of the local batch.
+2. `reduce_per_replica` averages a step's logs with `strategy.reduce("MEAN", v,
+   axis=0)`; the logs are scalars, so there is no axis 0 across workers. The
+   mean over replicas (`axis=None`) is what it means.
+3. `steps_per_execution > 1` puts the step's collectives in a nested
+   `tf.function` inside a `while_loop`, which fails across workers (as in
+   keras-team/keras#19246 on one machine). One step per execution runs.
+
+`enable_multi_worker()` patches exactly those three, only for the tested Keras
+versions, and each patch changes nothing unless the model's strategy is
+multi-worker MultiWorkerMirroredStrategy. `disable_multi_worker()` restores
+Keras's own functions. tfdist's multi_worker_mirrored strategy enables it when
+it is created; `tests/test_keras3_workarounds.py` keeps a run of raw Keras 3
+failing, so the day upstream fixes it is noticed.
+
+Keras 3 variables under ParameterServerStrategy: `Variable.assign_add` is
+`assign(self + value)`, a read then a write, so two workers adding at once lose
+one update. `atomic_assign_add()` routes it to the TF variable's own
+`assign_add`, which the ps task applies atomically.
+"""
+
+import contextlib
+import logging
+import sys
+from typing import Iterator, Optional, Tuple
+
+from tfdist import keras_support
+
+logger = logging.getLogger("tfdist")
+
+# Inclusive range of Keras minor versions whose trainer these patches were
+# written against and measured with (`make test` runs the newest).
+TESTED_KERAS = ((3, 8), (3, 15))
+ISSUE = "keras-team/keras#20585"
+
+_originals = {}
+
+
+def keras_version() -> Optional[Tuple[int, int]]:
+  """(major, minor) of the installed Keras 3, or None if there is none."""
+  try:
+    import keras
+  except ImportError:
+    return None
+  major, minor = (int(part) for part in keras.__version__.split(".")[:2])
+  return (major, minor) if major == 3 else None
+
+
+def unsupported_reason(version: Optional[Tuple[int, int]] = None) -> Optional[str]:
+  """Why the workarounds are not applied for `version` (default: installed), or None."""
+  version = version if version is not None else keras_version()
+  if version is None:
+    return "Keras 3 is not installed"
+  if not TESTED_KERAS[0] <= version <= TESTED_KERAS[1]:
+    low, high = (".".join(map(str, v)) for v in TESTED_KERAS)
+    return (f"tfdist's Keras 3 multi-worker workaround ({ISSUE}) is tested with Keras "
+            f"{low} to {high} and is not applied to Keras {version[0]}.{version[1]}")
+  return None
+
+
+def is_enabled() -> bool:
+  return bool(_originals)
+
+
+def enable_multi_worker() -> bool:
+  """Lets Keras 3 `fit`, `evaluate` and `predict` run under multi-worker MWMS.
+
+  Idempotent. Outside the tested versions it logs one line naming the version
+  and patches nothing.
+
+  Returns:
+    Whether the workaround is in place.
+  """
+  if _originals:
+    return True
+  reason = unsupported_reason()
+  if reason:
+    if keras_version() is not None:
+      logger.warning(reason)
+    return False
+  from keras.src.backend.tensorflow import trainer
+  cls = trainer.TensorFlowTrainer
+  _originals.update({
+      (trainer, "reduce_per_replica"): trainer.reduce_per_replica,
+      (cls, "_maybe_symbolic_build"): cls._maybe_symbolic_build,
+      (cls, "fit"): cls.fit,
+      (cls, "evaluate"): cls.evaluate,
+      (cls, "predict"): cls.predict,
+  })
+  trainer.reduce_per_replica = _reduce_per_replica
+  cls._maybe_symbolic_build = _maybe_symbolic_build
+  for name in ("fit", "evaluate", "predict"):
+    setattr(cls, name, _one_step_per_execution(_originals[(cls, name)]))
+  return True
+
+
+def disable_multi_worker() -> None:
+  """Puts Keras's own functions back."""
+  for (owner, name), original in _originals.items():
+    setattr(owner, name, original)
+  _originals.clear()
+
+
+@contextlib.contextmanager
+def multi_worker() -> Iterator[bool]:
+  """`enable_multi_worker()` for the block only, if it was not enabled before."""
+  was_enabled = is_enabled()
+  try:
+    yield enable_multi_worker()
+  finally:
+    if not was_enabled:
+      disable_multi_worker()
+
+
+def _original(owner, name):
+  return _originals[(owner, name)]
+
+
+def _reduce_per_replica(values, strategy, reduction):
+  from keras.src.backend.tensorflow import trainer
+  original = _original(trainer, "reduce_per_replica")
+  if not keras_support.is_multi_worker_mirrored(strategy) or reduction not in ("auto", "mean"):
+    return original(values, strategy, reduction)
+  import tensorflow as tf
+  from keras.src import tree
+  # Workaround 2 (keras-team/keras#20585): the mean over replicas, not over an axis.
+  return tree.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None)
+                            if isinstance(v, tf.distribute.DistributedValues) else v, values)
+
+
+def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+  from keras.src.backend.tensorflow import trainer
+  original = _original(trainer.TensorFlowTrainer, "_maybe_symbolic_build")
+  strategy = self._distribute_strategy
+  if iterator is None or strategy is None or not keras_support.is_multi_worker_mirrored(strategy):
+    return original(self, iterator=iterator, data_batch=data_batch)
+  import tensorflow as tf
+  from keras.src import tree
+  # Workaround 1 (keras-team/keras#20585): build from this worker's first
+  # replica's batch. Like Keras, take one batch from the iterator, which the
+  # caller resets.
+  for _, _, it in iterator:
+    batch = next(it)
+    break
+  local = tree.map_structure(lambda v: strategy.experimental_local_results(v)[0]
+                             if isinstance(v, tf.distribute.DistributedValues) else v, batch)
+  return original(self, data_batch=local)
+
+
+def _one_step_per_execution(method):
+  def wrapper(self, *args, **kwargs):
+    strategy = self._distribute_strategy
+    steps = getattr(self, "steps_per_execution", 1)
+    if steps == 1 or strategy is None or not keras_support.is_multi_worker_mirrored(strategy):
+      return method(self, *args, **kwargs)
+    # Workaround 3: the while_loop of k steps fails across workers.
+    logger.warning(
+        "Keras 3 cannot run steps_per_execution > 1 under multi-worker "
+        "MultiWorkerMirroredStrategy (%s); running 1 step per execution. "
+        "Received: steps_per_execution=%d", ISSUE, steps)
+    self.steps_per_execution = 1
+    try:
+      return method(self, *args, **kwargs)
+    finally:
+      self.steps_per_execution = steps
+  wrapper.__wrapped__ = method
+  wrapper.__name__ = method.__name__
+  wrapper.__doc__ = method.__doc__
+  return wrapper
+
+
+# --- Keras 3 variables on parameter servers ---------------------------------
+
+def atomic_assign_add() -> bool:
+  """Makes Keras 3's `Variable.assign_add`/`assign_sub` the TF variable's own.
+
+  Keras 3 implements them as `assign(self + value)`, so concurrent workers of a
+  ParameterServerStrategy overwrite each other's updates (an optimizer's
+  iteration counter, a metric's total). TF's `assign_add` runs as one op on the
+  ps task. Idempotent; returns whether it is in place.
+  """
+  if _assign_originals:
+    return True
+  if keras_version() is None:
+    return False
+  from keras.src.backend import common
+  from keras.src.backend.tensorflow import core
+  cls = core.Variable
+  _assign_originals.update({"assign_add": cls.assign_add, "assign_sub": cls.assign_sub})
+
+  def atomic(name):
+    original = _assign_originals[name]
+
+    def update(self, value):
+      if common.stateless_scope.in_stateless_scope():
+        return original(self, value)  # Keras collects these updates itself.
+      value = self._convert_to_tensor(value, dtype=self._dtype)
+      return getattr(self._value, name)(value)
+    return update
+
+  assign_add, assign_sub = atomic("assign_add"), atomic("assign_sub")
+  cls.assign_add, cls.assign_sub = assign_add, assign_sub
+  return True
+
+
+def restore_assign_add() -> None:
+  if not _assign_originals:
+    return
+  from keras.src.backend.tensorflow import core
+  for name, original in _assign_originals.items():
+    setattr(core.Variable, name, original)
+  _assign_originals.clear()
+
+
+_assign_originals = {}
+
+
+def loaded() -> bool:
+  """Whether Keras 3 is already imported in this process."""
+  return "keras" in sys.modules
