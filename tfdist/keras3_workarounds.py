@@ -47,10 +47,11 @@ _originals = {}
 def keras_version() -> Optional[Tuple[int, int]]:
   """(major, minor) of the installed Keras 3, or None if there is none."""
   try:
-    import keras
+    # Not `keras.__version__`: this also runs while `import keras` is under way.
+    from keras.src.version import __version__ as version
   except ImportError:
     return None
-  major, minor = (int(part) for part in keras.__version__.split(".")[:2])
+  major, minor = (int(part) for part in version.split(".")[:2])
   return (major, minor) if major == 3 else None
 
 

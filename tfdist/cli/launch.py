@@ -19,6 +19,7 @@ from tfdist import launch as launch_lib
 from tfdist.launch import kubernetes
 from tfdist.launch import private_network
 from tfdist.launch import slurm
+from tfdist.launch import task_keras
 
 _WORKERS = flags.DEFINE_integer("workers", 2, "Number of worker tasks.", lower_bound=1)
 _PS = flags.DEFINE_integer("ps", 0, "Number of parameter-server tasks.", lower_bound=0)
@@ -39,6 +40,11 @@ _NETWORK = flags.DEFINE_enum(
     "namespace with only loopback (TensorFlow's servers listen on every interface); host: "
     "the machine's network; auto: loopback for a local cluster, refused where the kernel "
     "allows no namespace. Default: TFDIST_NETWORK, else auto.")
+_KERAS = flags.DEFINE_enum(
+    "keras", None, list(task_keras.KERAS_CHOICES),
+    "The Keras `tf.keras` is in the tasks: tf_keras trains with every strategy. Default: "
+    "TF_USE_LEGACY_KERAS if set, else tf_keras. Either way, `import keras` code trains "
+    "under multi-worker MultiWorkerMirroredStrategy (README: Which Keras).")
 _SLURM = flags.DEFINE_bool("slurm", False, "Submit to SLURM with sbatch instead of running "
                            "locally. With --ps, task 0 is the chief.")
 _TIME_MINUTES = flags.DEFINE_integer("time_minutes", 60, "--slurm: the job's time limit.",
@@ -90,10 +96,11 @@ def _launcher() -> launch_lib.Launcher:
     return launch_lib.make_launcher(
         "slurm", timeout=_TIMEOUT.value, workdir=_WORKDIR.value,
         time_minutes=_TIME_MINUTES.value, template=_SBATCH_TEMPLATE.value,
-        extra_directives=_SBATCH_ARGS.value)
+        extra_directives=_SBATCH_ARGS.value, keras=_KERAS.value)
   if _KUBERNETES.value:
     return launch_lib.make_launcher("kubernetes", kind=_KUBERNETES.value, image=_IMAGE.value,
-                                    name=_NAME.value, namespace=_NAMESPACE.value)
+                                    name=_NAME.value, namespace=_NAMESPACE.value,
+                                    keras=_KERAS.value)
   return launch_lib.make_launcher("local", timeout=_TIMEOUT.value,
                                   max_restarts=_MAX_RESTARTS.value, network=_NETWORK.value,
-                                  grace_period=_GRACE_PERIOD.value)
+                                  grace_period=_GRACE_PERIOD.value, keras=_KERAS.value)

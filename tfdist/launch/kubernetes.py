@@ -42,6 +42,7 @@ from typing import Dict, List, Optional, Sequence, TextIO
 from tfdist.cluster import kubernetes as kubernetes_environment
 from tfdist.cluster import spec as cluster_lib
 from tfdist.launch import launcher as launcher_lib
+from tfdist.launch import task_keras
 
 PORT = 2222  # The port the TFJob operator uses; kept the same for Indexed Jobs.
 # Pods of a job are scheduled, pulled and restarted minutes apart on a busy
@@ -105,15 +106,20 @@ def restart_policy(job: str, ps: int) -> str:
   return "OnFailure"
 
 
-def _container(image: str, command: Sequence[str], env: Sequence[dict] = ()) -> dict:
+def _container(image: str, command: Sequence[str], keras: Optional[str],
+               env: Sequence[dict] = ()) -> dict:
+  # Only the Keras switch: the shim on PYTHONPATH is a path of this machine's
+  # tfdist, which the image need not have (see task_keras).
+  legacy = task_keras.variables(keras, {})[task_keras.LEGACY_KERAS_ENV]
   env = [{"name": "TFDIST_PREFLIGHT_TIMEOUT", "value": str(PREFLIGHT_TIMEOUT_SECONDS)},
-         *env]
+         {"name": task_keras.LEGACY_KERAS_ENV, "value": legacy}, *env]
   return {"name": "tensorflow", "image": image, "command": list(command),
           "ports": [{"name": "tfjob-port", "containerPort": PORT}], "env": env}
 
 
 def tfjob(name: str, *, image: str, command: Sequence[str], workers: int, ps: int = 0,
-          chief: bool = False, namespace: str = "default") -> List[dict]:
+          chief: bool = False, namespace: str = "default",
+          keras: Optional[str] = None) -> List[dict]:
   """A Kubeflow TFJob manifest (a list with one document).
 
   Raises:
@@ -125,7 +131,7 @@ def tfjob(name: str, *, image: str, command: Sequence[str], workers: int, ps: in
     specs[_TFJOB_TYPES[job]] = {
         "replicas": n,
         "restartPolicy": restart_policy(job, ps),
-        "template": {"spec": {"containers": [_container(image, command)]}},
+        "template": {"spec": {"containers": [_container(image, command, keras)]}},
     }
   return [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
            "metadata": {"name": name, "namespace": namespace},
@@ -141,7 +147,8 @@ _INDEXED_COMMAND = (
 
 
 def indexed_jobs(name: str, *, image: str, command: Sequence[str], workers: int, ps: int = 0,
-                 chief: bool = False, namespace: str = "default") -> List[dict]:
+                 chief: bool = False, namespace: str = "default",
+                 keras: Optional[str] = None) -> List[dict]:
   """A headless Service plus one Indexed Job per task type.
 
   Raises:
@@ -175,7 +182,7 @@ def indexed_jobs(name: str, *, image: str, command: Sequence[str], workers: int,
                     "subdomain": name,  # Pod <name>-<job>-<i> resolves under the Service.
                     "restartPolicy": restart_policy(job, ps),
                     "containers": [_container(
-                        image, ["/bin/sh", "-c", _INDEXED_COMMAND, "tfdist", *command],
+                        image, ["/bin/sh", "-c", _INDEXED_COMMAND, "tfdist", *command], keras,
                         env=[{"name": kubernetes_environment.TEMPLATE_ENV, "value": template}])],
                 },
             },
@@ -227,16 +234,19 @@ class KubernetesLauncher(launcher_lib.Launcher):
   """Writes the job's manifests (TFJob or Indexed Jobs) for `kubectl apply -f -`; runs nothing."""
 
   def __init__(self, *, kind: str = "indexed", image: str, name: str = "tfdist",
-               namespace: str = "default", output: Optional[TextIO] = None):
+               namespace: str = "default", output: Optional[TextIO] = None,
+               keras: Optional[str] = None):
     if kind not in MANIFESTS:
       raise ValueError(f"`kind` must be one of {sorted(MANIFESTS)}. Received: {kind!r}")
     self.kind, self.image, self.name, self.namespace = kind, image, name, namespace
+    # The flag, else tf_keras: this machine's environment stays out of manifests.
+    self.keras = task_keras.resolve(keras, {})
     self.output = output
 
   def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:
     job, _ = launcher_lib.with_coordinator(job)
     docs = MANIFESTS[self.kind](self.name, image=self.image, command=command,
                                 workers=job.workers, ps=job.ps, chief=job.chief,
-                                namespace=self.namespace)
+                                namespace=self.namespace, keras=self.keras)
     (self.output or sys.stdout).write(to_yaml(docs))
     return 0

@@ -29,6 +29,7 @@ from typing import Deque, Dict, List, Mapping, Optional, Sequence, TextIO
 from tfdist.cluster import spec as cluster_lib
 from tfdist.launch import launcher as launcher_lib
 from tfdist.launch import private_network
+from tfdist.launch import task_keras
 
 # Seconds between SIGTERM and SIGKILL when stopping a task: what SLURM (KillWait)
 # and Kubernetes (terminationGracePeriodSeconds) give, so a backup that fits
@@ -104,7 +105,8 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
                  output: Optional[TextIO] = None,
                  max_restarts: int = 0,
                  network: Optional[str] = None,
-                 grace_period: float = GRACE_PERIOD_SECONDS) -> int:
+                 grace_period: float = GRACE_PERIOD_SECONDS,
+                 keras: Optional[str] = None) -> int:
   """Runs `command` once per task of `spec` and waits for the cluster.
 
   Args:
@@ -125,6 +127,8 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
     grace_period: seconds a task has between SIGTERM and SIGKILL when the
       cluster is stopped (on a failure, a timeout, or SIGTERM/SIGINT to the
       launcher): time for `checkpointing.BackupAndRestore` to back up.
+    keras: the tasks' Keras, "tf_keras" or "keras3" (None: TF_USE_LEGACY_KERAS
+      of `env`, else tf_keras); see `tfdist.launch.task_keras`.
 
   Returns:
     0 if every task that must finish exited with 0; else the first failing
@@ -156,8 +160,10 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
         "A parameter-server cluster needs a chief: only the chief runs the training "
         "program, and its exit ends the job. Build the spec with chief=True, e.g. "
         f"ClusterSpec.local(workers=2, ps=1, chief=True). Received: {spec}")
+  base = os.environ if env is None else env
+  env = {**base, **task_keras.variables(keras, base)}
   # Checked here: behind `nsenter`, a missing program would only be exit code 127.
-  path = (env or os.environ).get("PATH")
+  path = env.get("PATH")
   if shutil.which(command[0], path=path) is None:
     raise LaunchError(
         f"Could not start task {next(spec.tasks())}: {command[0]!r} is not an executable "
@@ -321,9 +327,9 @@ class LocalLauncher(launcher_lib.Launcher):
   def __init__(self, *, timeout: Optional[float] = None, max_restarts: int = 0,
                network: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
                output: Optional[TextIO] = None,
-               grace_period: float = GRACE_PERIOD_SECONDS):
+               grace_period: float = GRACE_PERIOD_SECONDS, keras: Optional[str] = None):
     self.options = dict(timeout=timeout, max_restarts=max_restarts, network=network, env=env,
-                        grace_period=grace_period)
+                        grace_period=grace_period, keras=keras)
     self.output = output
 
   def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:

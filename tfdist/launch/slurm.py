@@ -21,6 +21,7 @@ import time
 from typing import Mapping, Optional, Sequence, TextIO
 
 from tfdist.launch import launcher as launcher_lib
+from tfdist.launch import task_keras
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "slurm.sbatch")
 _POLL_SECONDS = 1.0
@@ -91,7 +92,7 @@ _DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
                     workdir: Optional[str] = None, timeout: Optional[float] = None,
                     env: Optional[Mapping[str, str]] = None, output: Optional[TextIO] = None,
-                    **render_options) -> int:
+                    keras: Optional[str] = None, **render_options) -> int:
   """Submits `command` as an ntasks-task job, streams its output, returns its exit code.
 
   Args:
@@ -102,12 +103,15 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
     timeout: seconds before the job is cancelled (exit code 124).
     env: the environment sbatch exports to the job (default: this one).
     output: where to stream the job's output (default: sys.stdout).
+    keras: the tasks' Keras (see `tfdist.launch.task_keras`); sbatch exports it.
     **render_options: passed to `render` (job_name, time_minutes, template, ...).
 
   Raises:
     SlurmError: sbatch failed, e.g. no SLURM controller.
   """
   output = output or sys.stdout
+  base = os.environ if env is None else env
+  env = {**base, **task_keras.variables(keras, base)}
   workdir = os.path.abspath(workdir or os.getcwd())
   log_path = os.path.join(workdir, "tfdist-slurm-%j.out")
   script = render(command, ntasks=ntasks, num_ps=num_ps, output=log_path, **render_options)
@@ -160,8 +164,8 @@ class SlurmLauncher(launcher_lib.Launcher):
 
   def __init__(self, *, timeout: Optional[float] = None, workdir: Optional[str] = None,
                env: Optional[Mapping[str, str]] = None, output: Optional[TextIO] = None,
-               **render_options):
-    self.options = dict(timeout=timeout, workdir=workdir, env=env, output=output,
+               keras: Optional[str] = None, **render_options):
+    self.options = dict(timeout=timeout, workdir=workdir, env=env, output=output, keras=keras,
                         **render_options)
 
   def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:

@@ -1,0 +1,58 @@
+"""Which Keras the tasks of a launch train with, for scripts that never import tfdist.
+
+TensorFlow's own tutorials build `tf.distribute.MultiWorkerMirroredStrategy()`
+from TF_CONFIG and write `tf.keras`. Since TF 2.16 `tf.keras` is Keras 3 unless
+`TF_USE_LEGACY_KERAS=1`, and raw Keras 3 cannot fit under multi-worker
+MultiWorkerMirroredStrategy (keras-team/keras#20585) nor under
+ParameterServerStrategy (keras-team/keras#18624). So every task `tfdist launch`
+starts gets, deliberately:
+
+- `TF_USE_LEGACY_KERAS` for the chosen Keras: "tf_keras" (the default, under
+  which `tf.keras` code trains with every strategy) or "keras3";
+- tfdist's `task_site` folder first on PYTHONPATH: its `sitecustomize` enables
+  `tfdist.keras3_workarounds` the moment Keras 3's TensorFlow trainer is
+  imported, so `import keras` code trains under multi-worker
+  MultiWorkerMirroredStrategy too, without importing tfdist. It patches nothing
+  in a process that never imports Keras 3.
+
+The choice: explicit > `TF_USE_LEGACY_KERAS` already in the environment > tf_keras.
+"""
+
+import os
+from typing import Dict, Mapping, Optional
+
+LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
+KERAS_CHOICES = ("tf_keras", "keras3")
+SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "task_site")
+
+_TRUE, _FALSE = ("1", "true", "True", "TRUE"), ("0", "false", "False", "FALSE", "")
+
+
+def resolve(keras: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> str:
+  """The Keras the tasks get: explicit `keras`, else TF_USE_LEGACY_KERAS, else tf_keras."""
+  environ = os.environ if environ is None else environ
+  if keras is not None:
+    if keras not in KERAS_CHOICES:
+      raise ValueError(f"`keras` must be one of {list(KERAS_CHOICES)}, or None to follow "
+                       f"{LEGACY_KERAS_ENV} (default tf_keras). Received: {keras!r}")
+    return keras
+  if LEGACY_KERAS_ENV not in environ:
+    return "tf_keras"
+  value = environ[LEGACY_KERAS_ENV]
+  if value in _TRUE:
+    return "tf_keras"
+  if value in _FALSE:
+    return "keras3"
+  raise ValueError(f"`{LEGACY_KERAS_ENV}` must be 1 (tf_keras) or 0 (Keras 3). "
+                   f"Received: {LEGACY_KERAS_ENV}={value!r}")
+
+
+def variables(keras: Optional[str] = None,
+              environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+  """The variables a task's environment gets for `keras` (see the module doc)."""
+  environ = os.environ if environ is None else environ
+  chosen = resolve(keras, environ)
+  python_path = environ.get("PYTHONPATH", "")
+  paths = [SITE_DIR] + [p for p in python_path.split(os.pathsep) if p and p != SITE_DIR]
+  return {LEGACY_KERAS_ENV: "1" if chosen == "tf_keras" else "0",
+          "PYTHONPATH": os.pathsep.join(paths)}
