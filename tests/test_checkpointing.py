@@ -202,3 +202,27 @@ def test_sigterm_under_parameter_servers_backs_up_and_the_job_resumes(tmp_path):
   # Epoch 1 finished before the signal: the job runs epoch 2 again, then 3.
   assert "BackupAndRestore: resuming after epoch 1" in resumed.stdout
   assert re.findall(r"^Epoch (\d)/3", resumed.stdout, re.M) == ["2", "3"]
+
+
+@pytest.mark.slow
+def test_keras3_backs_up_once_resumes_and_saves_once_under_two_workers(tmp_path):
+  script = f"{helpers.SCRIPTS}/keras3_backup.py"
+
+  def launch(phase):
+    result = helpers.run(helpers.tfdist_cli("launch", "--workers=2", "--timeout=200", "--",
+                                            *helpers.python(script, str(tmp_path), phase)),
+                         timeout=260)
+    assert result.returncode == 0, result.stdout[-3000:]
+    return result.stdout
+
+  stopped = launch("interrupt")
+  # Keras 3's own callback would fail here on the HDF5 lock of the shared folder.
+  assert stopped.count("STOPPED: interrupted; backup files: "
+                       "['latest.weights.h5', 'training_metadata.json']") == 2
+  resumed = launch("resume")
+  for worker in (0, 1):
+    epochs = re.findall(rf"^\[worker:{worker}\] EPOCH: (\d)", resumed, re.MULTILINE)
+    assert epochs == ["2", "3"], resumed[-3000:]  # Resumed after the last backup.
+  assert f"[worker:0] SAVED: {tmp_path}/model.keras" in resumed
+  assert "[worker:1] SAVED: None" in resumed
+  assert sorted(os.listdir(tmp_path)) == ["model.keras"]  # No backup, no worker's temp copy.

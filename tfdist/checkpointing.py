@@ -15,6 +15,7 @@ Example:
 """
 
 import contextlib
+import functools
 import inspect
 import os
 import signal
@@ -28,6 +29,8 @@ import tf_keras
 # BackupAndRestore use it.
 from tf_keras.src.distribute import distributed_file_utils
 
+from tfdist import keras_support
+
 BACKUP_SUBDIR = "backup"
 
 
@@ -40,7 +43,7 @@ def is_chief(strategy: Optional[tf.distribute.Strategy] = None) -> bool:
   return _strategy(strategy).extended.should_checkpoint
 
 
-def save_model(model: tf_keras.Model, path: str,
+def save_model(model, path: str,
                strategy: Optional[tf.distribute.Strategy] = None) -> Optional[str]:
   """Saves `model` to `path` once: on the chief; other workers' copies are removed.
 
@@ -49,7 +52,8 @@ def save_model(model: tf_keras.Model, path: str,
   Returns:
     `path` on the chief, None on the other workers.
   """
-  strategy = _strategy(strategy)
+  # The model's own strategy: outside `strategy.scope()` the current one is the default.
+  strategy = strategy or getattr(model, "distribute_strategy", None) or _strategy(None)
   write_path = distributed_file_utils.write_filepath(path, strategy)
   model.save(write_path)
   distributed_file_utils.remove_temp_dir_with_filepath(write_path, strategy)
@@ -274,12 +278,60 @@ def _any_worker(strategy: tf.distribute.Strategy):
 
 
 def backup_and_restore(checkpoint_dir: str, *, check_every: Optional[int] = None,
-                       check_seconds: float = 1.0) -> BackupAndRestore:
-  """`BackupAndRestore` in `checkpoint_dir/backup`.
+                       check_seconds: float = 1.0, model=None):
+  """`BackupAndRestore` in `checkpoint_dir/backup`, for `model`'s Keras.
 
   After an interruption, the same `fit` call resumes from the last finished
   epoch, or from the batch where SIGTERM stopped it. The backup is deleted when
-  training finishes.
+  training finishes. For a Keras 3 `model`, Keras 3's own callback, written by
+  the chief only (`keras3_backup_and_restore`); it backs up at epoch ends only.
   """
+  if model is not None and keras_support.is_keras3_model(model):
+    return keras3_backup_and_restore(os.path.join(checkpoint_dir, BACKUP_SUBDIR))
   return BackupAndRestore(os.path.join(checkpoint_dir, BACKUP_SUBDIR), check_every=check_every,
                           check_seconds=check_seconds)
+
+
+def keras3_backup_and_restore(backup_dir: str):
+  """Keras 3's `BackupAndRestore`, with the backup written once, by the chief.
+
+  Keras 3's callback writes from every worker into the same folder, and under
+  MultiWorkerMirroredStrategy the second writer fails on the HDF5 file's lock.
+  Here every worker still saves (saving may read values across workers), but
+  the others into a temporary folder that is removed at once, TF's rule for
+  multi-worker files; every worker restores from the chief's folder.
+  """
+  return _keras3_backup_class()(backup_dir)
+
+
+@functools.lru_cache(maxsize=None)
+def _keras3_backup_class():
+  import keras  # Only for Keras 3 models: importing tfdist must not load it.
+
+  class Keras3BackupAndRestore(keras.callbacks.BackupAndRestore):
+    __doc__ = keras3_backup_and_restore.__doc__
+
+    def _save_model(self):
+      strategy = self.model.distribute_strategy
+      paths = (self.backup_dir, self._weights_path, self._training_metadata_path,
+               self._prev_weights_path, self._prev_training_metadata_path)
+      write_dir = distributed_file_utils.write_dirpath(self.backup_dir, strategy)
+      # Keras's own check-then-create races with the other workers' folders inside it.
+      tf.io.gfile.makedirs(write_dir)
+      if write_dir == self.backup_dir:
+        return super()._save_model()
+      try:
+        (self.backup_dir, self._weights_path, self._training_metadata_path,
+         self._prev_weights_path, self._prev_training_metadata_path) = (
+             write_dir, *(p.replace(self.backup_dir, write_dir, 1) for p in paths[1:]))
+        super()._save_model()
+      finally:
+        (self.backup_dir, self._weights_path, self._training_metadata_path,
+         self._prev_weights_path, self._prev_training_metadata_path) = paths
+        distributed_file_utils.remove_temp_dirpath(write_dir, strategy)
+
+    def on_train_end(self, logs=None):
+      if is_chief(self.model.distribute_strategy):  # One deleter, not a race.
+        super().on_train_end(logs)
+
+  return Keras3BackupAndRestore

@@ -82,6 +82,11 @@ def tf_keras_flavour() -> Optional[str]:
   return None
 
 
+def is_keras3_model(model) -> bool:
+  """Whether `model` is a Keras 3 model (else tf_keras, or not a model)."""
+  return any(cls.__module__.startswith("keras.") for cls in type(model).__mro__)
+
+
 def is_keras3_function(fn: Callable) -> bool:
   """Whether `fn` (a step function, possibly a tf.function) belongs to Keras 3."""
   fn = getattr(fn, "python_function", fn)
