@@ -44,6 +44,7 @@ _EXPORTS = {
     "scaling": ("tfdist.scaling", None),
     "datasets": ("tfdist.data.digits", None),
     "launch": ("tfdist.launch", None),
+    "loop": ("tfdist.loop", None),
     "placement": ("tfdist.placement", None),
 }
 

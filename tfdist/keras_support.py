@@ -96,8 +96,11 @@ def is_keras3_function(fn: Callable) -> bool:
 def refuse_keras3(strategy_name: str, reason: str) -> None:
   """Raises the error a Keras 3 `fit` under an unsupported strategy gets, up front."""
   import keras  # Only reached from inside Keras 3's own trainer.
+  loop = ("Train this Keras 3 model with `tfdist.loop.Loop(strategy, model, loss=..., "
+          "optimizer=...).fit(dataset_fn, epochs=..., steps_per_epoch=...)`, or build it "
+          if strategy_name == "parameter_server" else "Build the model ")
   raise TypeError(
-      f"{reason}. Build the model with tf_keras, which trains under "
+      f"{reason}. {loop}with tf_keras, which trains under "
       f"{strategy_name}: `from tfdist import keras` (or call "
       "tfdist.use_legacy_keras() first and use tf.keras). "
       f"Received: a Keras {keras.__version__} model under {strategy_name}")

@@ -32,7 +32,7 @@ def validate_cluster(spec: cluster_lib.ClusterSpec) -> None:
 
 
 class ParameterServerStrategy(keras_guard.RefusesKeras3, tf.distribute.ParameterServerStrategy):
-  """`tf.distribute.ParameterServerStrategy` that refuses Keras 3 and owns its coordinator."""
+  """`tf.distribute.ParameterServerStrategy` that refuses Keras 3 `fit` and owns its coordinator."""
 
   _tfdist_name = "parameter_server"
 

@@ -1,0 +1,118 @@
+"""tfdist.loop under multi-worker strategies; prints one JSON line starting with RESULT.
+
+Usage:
+  python loop_train.py {keras3,tf_keras} multi_worker_mirrored DIR  (once per task, TF_CONFIG)
+  python loop_train.py {keras3,tf_keras} parameter_server [sharded]  (in-process cluster)
+
+multi_worker_mirrored: 1000 examples, global batch 64 (the last batch partial),
+2 epochs, checkpoints in DIR; prints the examples counted, the weights, and
+how far they are from the same training on one device. parameter_server: trains
+a regression and adds 1 to a Keras variable in concurrent steps, and for Keras 3
+again with Keras's own non-atomic `assign_add`; with `sharded`, variables are
+split over 2 ps tasks.
+"""
+
+import json
+import sys
+
+import numpy as np
+
+import tfdist
+from tfdist import loop as loop_lib
+
+flavour, strategy_name = sys.argv[1], sys.argv[2]
+sharded = sys.argv[3:] == ["sharded"]
+if strategy_name == "parameter_server":
+  strategy = tfdist.make_strategy(
+      "parameter_server", in_process=True, network="host",
+      cluster=tfdist.ClusterSpec.local(workers=2, ps=2 if sharded else 1, chief=True),
+      num_ps_shards=2 if sharded else None)
+else:
+  strategy = tfdist.make_strategy(strategy_name)
+
+import tensorflow as tf
+
+if flavour == "keras3":
+  import keras
+else:
+  keras = tfdist.keras
+
+rng = np.random.default_rng(0)
+x = rng.random((1000, 4)).astype("float32")
+y = (x @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32")).astype("float32")
+keras.utils.set_random_seed(0)
+with strategy.scope():
+  model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+  optimizer = keras.optimizers.SGD(0.2)
+
+if strategy_name == "multi_worker_mirrored":
+  initial = model.get_weights()
+  data = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
+  loop = loop_lib.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
+                       optimizer=optimizer, steps_per_loop=4, checkpoint_dir=sys.argv[3])
+  history = loop.fit(data, epochs=2, verbose=False)
+  evaluation = loop.evaluate(tf.data.Dataset.from_tensor_slices((x[:999], y[:999])).batch(64))
+  # The same training on one device (the default strategy), same global batch.
+  single = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+  single.set_weights(initial)
+  loop_lib.Loop(tf.distribute.get_strategy(), single, loss=keras.losses.MeanSquaredError(),
+                optimizer=keras.optimizers.SGD(0.2)).fit(data, epochs=2, verbose=False)
+  print("RESULT " + json.dumps({
+      "history": history, "evaluation": evaluation,
+      "weights": np.concatenate([w.ravel() for w in model.get_weights()]).tolist(),
+      "single_device_difference": max(float(np.abs(a - b).max()) for a, b in zip(
+          model.get_weights(), single.get_weights()))}), flush=True)
+  sys.exit(0)
+
+
+def dataset_fn(input_context):
+  return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(1000, seed=0).repeat().batch(32)
+
+
+try:
+  loop = loop_lib.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
+                       optimizer=optimizer, steps_per_loop=5)
+except ValueError as e:
+  print(f"REFUSED: {e}", flush=True)
+  sys.exit(3)
+history = loop.fit(dataset_fn, epochs=4, steps_per_epoch=40, verbose=False)
+variables = [v.value if flavour == "keras3" else v  # Keras 3: the tf.Variable inside.
+             for v in model.trainable_variables]
+devices = sorted({s.device for v in variables for s in getattr(v, "variables", [v])})
+
+# Concurrent updates: every step adds 1 to one variable on the ps, many times.
+INCREMENTS, STEPS = 50, 40
+
+
+def count(counter):
+  def step(batch):
+    for _ in range(INCREMENTS):
+      counter.assign_add(1.0)
+    return {}
+  loop_lib.Loop(strategy, model, optimizer=optimizer, step_fn=step).fit(
+      dataset_fn, epochs=1, steps_per_epoch=STEPS, verbose=False)
+  return float(counter.numpy())
+
+
+def new_counter():
+  with strategy.scope():
+    return keras.Variable(0.0, trainable=False) if flavour == "keras3" else tf.Variable(0.0)
+
+
+counted = count(new_counter())
+raw_counted = None
+if flavour == "keras3":  # Keras 3's own assign_add, for comparison: it loses updates.
+  from tfdist import keras3_workarounds
+  raw_counter = new_counter()
+
+  def raw_step(batch):
+    for _ in range(INCREMENTS):
+      raw_counter.assign_add(1.0)
+    return {}
+  raw_loop = loop_lib.Loop(strategy, model, optimizer=optimizer, step_fn=raw_step)
+  keras3_workarounds.restore_assign_add()  # After the Loop, which made it atomic.
+  raw_loop.fit(dataset_fn, epochs=1, steps_per_epoch=STEPS, verbose=False)
+  raw_counted = float(raw_counter.numpy())
+print("RESULT " + json.dumps({
+    "history": history, "kernel_devices": devices, "optimizer_iterations": int(optimizer.iterations),
+    "counter": counted, "raw_counter": raw_counted, "expected": INCREMENTS * STEPS}), flush=True)
