@@ -176,6 +176,12 @@ def test_bad_arguments_name_the_field_and_the_value():
     loop_lib.Loop(strategy, model, step_fn=lambda b: {}, steps_per_loop=0)
   with pytest.raises(ValueError, match=r"needs a built model.*Received: an unbuilt Sequential"):
     loop_lib.Loop(strategy, keras.Sequential([keras.layers.Dense(1)]), step_fn=lambda b: {})
+  x, y = _data(64)
+  reduced = loop_lib.Loop(strategy, model, loss=lambda y, p: tf.reduce_mean(tf.square(y - p)),
+                          optimizer=keras.optimizers.SGD(0.1))
+  with pytest.raises(ValueError, match=r"`loss` must give one value per example.*"
+                                       r"Received: a scalar from <function"):
+    reduced.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), verbose=False)
 
 
 @pytest.mark.slow

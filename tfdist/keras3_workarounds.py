@@ -88,6 +88,8 @@ def enable_multi_worker() -> bool:
       logger.warning(reason)
     return False
   from keras.src.backend.tensorflow import trainer
+  if _originals:  # Importing Keras ran `tfdist launch`'s shim, which enabled it already.
+    return True
   cls = trainer.TensorFlowTrainer
   _originals.update({
       (trainer, "reduce_per_replica"): trainer.reduce_per_replica,

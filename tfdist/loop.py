@@ -83,7 +83,14 @@ def _per_example(loss, y, y_pred):
   # A Keras `Loss` object's `call` is its per-example form, in both Kerases.
   values = loss.call(y, y_pred) if hasattr(loss, "call") else loss(y, y_pred)
   values = tf.convert_to_tensor(values)
-  return tf.reshape(values, [tf.shape(values)[0], -1])[:, 0] if values.shape.rank != 1 else values
+  if values.shape.rank == 0:
+    raise ValueError(
+        "`loss` must give one value per example (a Keras loss object, or a function "
+        "such as keras.losses.mean_squared_error), not their mean: the loop averages "
+        f"over the global batch itself. Received: a scalar from {loss!r}")
+  # Further axes (e.g. time steps) are averaged, as Keras's default reduction does.
+  return tf.reduce_mean(values, axis=list(range(1, values.shape.rank))) \
+      if values.shape.rank > 1 else values
 
 
 def _batch_size(batch) -> tf.Tensor:
