@@ -331,7 +331,11 @@ def _keras3_backup_class():
         distributed_file_utils.remove_temp_dirpath(write_dir, strategy)
 
     def on_train_end(self, logs=None):
-      if is_chief(self.model.distribute_strategy):  # One deleter, not a race.
+      strategy = self.model.distribute_strategy
+      # A barrier (one tiny all-reduce): every worker's last save, whose temporary
+      # folder is inside the backup, is done before the chief deletes it all.
+      strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+      if is_chief(strategy):  # One deleter, not a race.
         super().on_train_end(logs)
 
   return Keras3BackupAndRestore
