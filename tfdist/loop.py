@@ -113,7 +113,7 @@ class Loop:
     checkpoint_dir: where a `tf.train.CheckpointManager` keeps the model,
       optimizer and step, written by the chief only; `fit` resumes from it.
     checkpoint_every: also save every this many steps (at loop ends); None:
-      at epoch ends only.
+      at epoch ends only. Under parameter servers, saves are at epoch ends.
   """
 
   def __init__(self, strategy: tf.distribute.Strategy, model, *, loss=None, optimizer=None,
@@ -273,7 +273,7 @@ class Loop:
 
   def _pss_epoch(self, kind, step_fn, dataset_fn, steps):
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)
-    key = (kind, "dataset")
+    key = (kind, dataset_fn)  # A new dataset_fn gets its own per-worker datasets.
     if key not in self._functions:
       # TF's parameter-server guide: each worker builds its own distributed dataset.
       self._functions[key] = coordinator.create_per_worker_dataset(
@@ -281,7 +281,7 @@ class Loop:
     iterator = iter(self._functions[key])
     function = self._pss_function(kind, step_fn)
     results = [coordinator.schedule(function, args=(iterator,))
-               for _ in range(steps // self.steps_per_loop)]
+               for _ in range(steps // self.steps_per_loop)]  # fit checks it divides.
     coordinator.join()
     totals: Dict[str, float] = {}
     for result in results:
@@ -327,6 +327,7 @@ class Loop:
         done = int(self.step.numpy()) - epoch * steps_per_epoch
         steps -= done if 0 < done < steps_per_epoch else 0
       if self._pss:
+        steps -= steps % self.steps_per_loop  # Closures run whole loops.
         totals = self._pss_epoch("train", self._step_fn, dataset, steps)
         self.step.assign_add(steps)
       else:
@@ -353,6 +354,10 @@ class Loop:
         raise ValueError(
             "Under ParameterServerStrategy, evaluate needs a dataset_fn and `steps`. "
             f"Received: dataset={type(dataset).__name__}, steps={steps!r}")
+      if steps % self.steps_per_loop:
+        raise ValueError(
+            "Under ParameterServerStrategy, `steps` must be a multiple of `steps_per_loop`. "
+            f"Received: steps={steps}, steps_per_loop={self.steps_per_loop}")
       return self._logs(self._pss_epoch("evaluate", self._eval_step, dataset, steps))
     return self._logs(self._sync_epoch("evaluate", self._eval_step,
                                        iter(self._distribute(dataset)), steps, saving=False))
