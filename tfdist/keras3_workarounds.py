@@ -29,7 +29,6 @@ one update. `atomic_assign_add()` routes it to the TF variable's own
 
 import contextlib
 import logging
-import sys
 from typing import Iterator, Optional, Tuple
 
 from tfdist import keras_support
@@ -41,7 +40,9 @@ logger = logging.getLogger("tfdist")
 TESTED_KERAS = ((3, 8), (3, 15))
 ISSUE = "keras-team/keras#20585"
 
+# What each patch replaced, to put back: (owner, name) -> function; name -> function.
 _originals = {}
+_assign_originals = {}
 
 
 def keras_version() -> Optional[Tuple[int, int]]:
@@ -82,10 +83,12 @@ def enable_multi_worker() -> bool:
   """
   if _originals:
     return True
-  reason = unsupported_reason()
+  version = keras_version()
+  if version is None:
+    return False
+  reason = unsupported_reason(version)
   if reason:
-    if keras_version() is not None:
-      logger.warning(reason)
+    logger.warning(reason)
     return False
   from keras.src.backend.tensorflow import trainer
   if _originals:  # Importing Keras ran `tfdist launch`'s shim, which enabled it already.
@@ -221,11 +224,3 @@ def restore_assign_add() -> None:
   for name, original in _assign_originals.items():
     setattr(core.Variable, name, original)
   _assign_originals.clear()
-
-
-_assign_originals = {}
-
-
-def loaded() -> bool:
-  """Whether Keras 3 is already imported in this process."""
-  return "keras" in sys.modules

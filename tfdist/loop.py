@@ -154,7 +154,8 @@ class Loop:
     self._step_fn = step_fn or self._default_step
     # kind ("train", "evaluate") -> name -> sync-on-read variable.
     self._sums: Dict[str, Dict[str, tf.Variable]] = {"train": {}, "evaluate": {}}
-    self._functions = {}
+    self._functions = {}  # kind -> its tf.function
+    self._per_worker_datasets = {}  # dataset_fn -> its per-worker dataset (PSS)
     self._manager = None
     self._checkpoint_every = checkpoint_every
     if checkpoint_dir is not None:
@@ -273,12 +274,11 @@ class Loop:
 
   def _pss_epoch(self, kind, step_fn, dataset_fn, steps):
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)
-    key = (kind, dataset_fn)  # A new dataset_fn gets its own per-worker datasets.
-    if key not in self._functions:
+    if dataset_fn not in self._per_worker_datasets:
       # TF's parameter-server guide: each worker builds its own distributed dataset.
-      self._functions[key] = coordinator.create_per_worker_dataset(
+      self._per_worker_datasets[dataset_fn] = coordinator.create_per_worker_dataset(
           tf.function(lambda: self.strategy.distribute_datasets_from_function(dataset_fn)))
-    iterator = iter(self._functions[key])
+    iterator = iter(self._per_worker_datasets[dataset_fn])
     function = self._pss_function(kind, step_fn)
     results = [coordinator.schedule(function, args=(iterator,))
                for _ in range(steps // self.steps_per_loop)]  # fit checks it divides.
@@ -331,7 +331,7 @@ class Loop:
         totals = self._pss_epoch("train", self._step_fn, dataset, steps)
         self.step.assign_add(steps)
       else:
-        totals = self._sync_epoch("train", self._step_fn, iterator, steps, saving=True)
+        totals = self._sync_epoch("train", self._step_fn, iterator, steps)
         if steps_per_epoch is None and epoch + 1 < epochs:
           iterator = iter(distributed)  # The next pass.
       self.epoch.assign(epoch + 1)
@@ -360,9 +360,9 @@ class Loop:
             f"Received: steps={steps}, steps_per_loop={self.steps_per_loop}")
       return self._logs(self._pss_epoch("evaluate", self._eval_step, dataset, steps))
     return self._logs(self._sync_epoch("evaluate", self._eval_step,
-                                       iter(self._distribute(dataset)), steps, saving=False))
+                                       iter(self._distribute(dataset)), steps))
 
-  def _sync_epoch(self, kind, step_fn, iterator, steps, saving):
+  def _sync_epoch(self, kind, step_fn, iterator, steps):
     self._reset_sums(kind)
     done = 0
     while steps is None or done < steps:
@@ -370,7 +370,7 @@ class Loop:
       ran = self._sync_run(kind, step_fn, iterator, chunk)
       if kind == "train":
         self.step.assign_add(ran)
-        if saving and self._checkpoint_every and ran and \
+        if self._checkpoint_every and ran and \
             int(self.step.numpy()) % self._checkpoint_every < ran:
           self._save()
       done += ran

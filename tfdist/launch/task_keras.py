@@ -21,8 +21,10 @@ The choice: explicit > `TF_USE_LEGACY_KERAS` already in the environment > tf_ker
 import os
 from typing import Dict, Mapping, Optional
 
-LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
-KERAS_CHOICES = ("tf_keras", "keras3")
+from tfdist import keras_support
+
+LEGACY_KERAS_ENV = keras_support.LEGACY_KERAS_ENV
+KERAS_CHOICES = (keras_support.TF_KERAS, keras_support.KERAS3)
 SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "task_site")
 
 _TRUE, _FALSE = ("1", "true", "True", "TRUE"), ("0", "false", "False", "FALSE", "")
@@ -37,12 +39,12 @@ def resolve(keras: Optional[str] = None, environ: Optional[Mapping[str, str]] = 
                        f"{LEGACY_KERAS_ENV} (default tf_keras). Received: {keras!r}")
     return keras
   if LEGACY_KERAS_ENV not in environ:
-    return "tf_keras"
+    return keras_support.TF_KERAS
   value = environ[LEGACY_KERAS_ENV]
   if value in _TRUE:
-    return "tf_keras"
+    return keras_support.TF_KERAS
   if value in _FALSE:
-    return "keras3"
+    return keras_support.KERAS3
   raise ValueError(f"`{LEGACY_KERAS_ENV}` must be 1 (tf_keras) or 0 (Keras 3). "
                    f"Received: {LEGACY_KERAS_ENV}={value!r}")
 
@@ -54,5 +56,5 @@ def variables(keras: Optional[str] = None,
   chosen = resolve(keras, environ)
   python_path = environ.get("PYTHONPATH", "")
   paths = [SITE_DIR] + [p for p in python_path.split(os.pathsep) if p and p != SITE_DIR]
-  return {LEGACY_KERAS_ENV: "1" if chosen == "tf_keras" else "0",
+  return {LEGACY_KERAS_ENV: "1" if chosen == keras_support.TF_KERAS else "0",
           "PYTHONPATH": os.pathsep.join(paths)}
