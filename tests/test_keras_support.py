@@ -132,3 +132,16 @@ def test_reduction_method_leaves_a_custom_train_step_alone():
   assert type(model).train_step is not tfdist.keras.Model.train_step
   assert keras_support.set_distribute_reduction_method(
       model, tfdist.make_strategy("one_device")) == "auto"
+
+
+def test_keras_module_and_model_flavour():
+  import keras as keras3
+  import tf_keras
+  assert keras_support.keras_module("keras3") is keras3
+  assert keras_support.keras_module("tf_keras") is tf_keras
+  model = keras3.Sequential([keras3.Input((2,)), keras3.layers.Dense(1)])
+  assert keras_support.model_flavour(model) == "keras3"
+  legacy = tf_keras.Sequential([tf_keras.Input((2,)), tf_keras.layers.Dense(1)])
+  assert keras_support.model_flavour(legacy) == "tf_keras"
+  with pytest.raises(ValueError, match=r"must be 'keras3' or 'tf_keras'. Received: 'keras2'"):
+    keras_support.keras_module("keras2")

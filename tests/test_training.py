@@ -1,6 +1,7 @@
 """tfdist.training: the default job trains under a strategy and reports numbers."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tfdist import training
@@ -24,6 +25,21 @@ def test_mirrored_matches_one_device_on_the_default_job():
   np.testing.assert_allclose(mirrored.losses, single.losses, rtol=1e-3)
   assert single.losses[-1] < single.losses[0]
   assert single.examples_per_second > 0 and single.step_time_ms > 0
+
+
+def test_keras3_trains_the_default_job_like_tf_keras():
+  keras3 = training.train(training.TrainConfig(strategy="mirrored", epochs=3, verbose=0,
+                                               keras="keras3"))
+  assert keras3.keras == "keras3" and keras3.replicas == 2
+  assert keras3.losses[-1] < 0.85 * keras3.losses[0]
+  assert keras3.input_bound is not None  # The input report measures Keras 3 steps too.
+
+
+def test_keras3_models_cannot_compress_gradients():
+  with pytest.raises(ValueError, match=r"compress_gradients works with tf_keras optimizers "
+                     r"only.*Received: a Keras 3 model"):
+    training.train(training.TrainConfig(strategy="mirrored", epochs=1, verbose=0,
+                                        keras="keras3", compress_gradients=True))
 
 
 def test_dataset_fn_shards_by_input_pipeline():

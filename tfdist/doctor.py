@@ -92,13 +92,27 @@ def _cluster(report: Report, environ: Mapping[str, str], timeout: float) -> None
 
 
 def diagnose(environ: Optional[Mapping[str, str]] = None, *,
-             reachability_timeout: float = 2.0) -> Report:
-  """Checks versions, devices, the Keras matrix and the cluster of `environ`."""
+             reachability_timeout: float = 2.0,
+             keras_measured: Optional[Tuple[List[Tuple[str, str]], List[str]]] = None
+             ) -> Report:
+  """Checks versions, devices, the Keras matrix and the cluster of `environ`.
+
+  Args:
+    environ: the environment to read the cluster from (default: os.environ).
+    reachability_timeout: seconds to wait for each task of the cluster.
+    keras_measured: (rows, problems) of a measured Keras x strategy matrix
+      (`tfdist doctor --check_keras` measures it), shown beside the documented one.
+  """
   environ = os.environ if environ is None else environ
   report = Report()
   report.sections.append(("versions", _versions()))
   report.sections.append(("devices", _devices()))
-  report.sections.append(("keras x strategy (fit)", _matrix()))
+  report.sections.append(("keras x strategy (fit; documented, `--check_keras` measures)",
+                          _matrix()))
+  if keras_measured is not None:
+    rows, problems = keras_measured
+    report.sections.append(("keras x strategy (tfdist train, measured here)", rows))
+    report.problems += problems
   report.sections.append(("network", _network()))
   _cluster(report, environ, reachability_timeout)
   return report

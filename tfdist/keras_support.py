@@ -36,7 +36,8 @@ SUPPORT = {(flavour, strategy): ("works", "works") for flavour in (KERAS3, TF_KE
 SUPPORT[(KERAS3, "multi_worker_mirrored (2+ workers)")] = (
     f"FAILS: {MWMS_FAILURE}", "works (tfdist.keras3_workarounds)")
 SUPPORT[(KERAS3, "parameter_server")] = (
-    f"FAILS: {PSS_FAILURE}", "refused before the first step, with the fix")
+    f"FAILS: {PSS_FAILURE}", "fit refused before the first step, pointing to tfdist.loop, "
+    "which works (`tfdist train` uses it)")
 
 
 def use_legacy_keras() -> None:
@@ -80,6 +81,19 @@ def tf_keras_flavour() -> Optional[str]:
   if name.startswith("tf_keras"):
     return TF_KERAS
   return None
+
+
+def keras_module(flavour: str):
+  """The package of `flavour`: `keras` for KERAS3, `tf_keras` for TF_KERAS."""
+  if flavour not in (KERAS3, TF_KERAS):
+    raise ValueError(f"The Keras must be {KERAS3!r} or {TF_KERAS!r}. Received: {flavour!r}")
+  import importlib  # Not at the top: importing tfdist must not load Keras.
+  return importlib.import_module("keras" if flavour == KERAS3 else "tf_keras")
+
+
+def model_flavour(model) -> str:
+  """KERAS3 or TF_KERAS: the Keras that built `model`."""
+  return KERAS3 if is_keras3_model(model) else TF_KERAS
 
 
 def is_keras3_model(model) -> bool:

@@ -8,18 +8,21 @@ only the strategy name changes.
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import os
+import time
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
-import tf_keras as keras
+import tf_keras
 
 from tfdist import checkpointing
 from tfdist import data
 from tfdist import gradient_compression
 from tfdist import keras_support
+from tfdist import loop as loop_lib
 from tfdist import scaling
 from tfdist import strategies
 from tfdist import timing
@@ -46,8 +49,11 @@ class TrainConfig:
   checkpoint_dir: Optional[str] = None  # Backup to resume from, and the final model.
   tensorboard_dir: Optional[str] = None
   compress_gradients: bool = False  # All-reduce in float16 (see gradient_compression).
+  # The Keras of the default model, "tf_keras" or "keras3"; a model_fn's model
+  # is trained with its own Keras, whichever it is.
+  keras: str = keras_support.TF_KERAS
   # The user's own job; None for the default CNN on the embedded digits.
-  model_fn: Optional[Callable[[], keras.Model]] = None
+  model_fn: Optional[Callable[[], Any]] = None
   dataset_fn: Optional[Callable[[tf.distribute.InputContext], tf.data.Dataset]] = None
   steps_per_epoch: Optional[int] = None  # Needed for a dataset_fn that repeats forever.
 
@@ -57,6 +63,7 @@ class TrainResult:
   """What happened, in numbers; one row of `tfdist compare`."""
 
   strategy: str
+  keras: str  # The Keras that trained: "tf_keras" or "keras3".
   replicas: int
   sync: bool
   accuracy: float
@@ -70,8 +77,12 @@ class TrainResult:
     return dataclasses.asdict(self)
 
 
-def small_cnn() -> keras.Model:
-  """The default model: a small CNN for 8x8x1 digits (about 6k parameters)."""
+def small_cnn(keras=tf_keras):
+  """The default model: a small CNN for 8x8x1 digits (about 6k parameters).
+
+  Args:
+    keras: the Keras package to build it with, `tf_keras` or `keras` (Keras 3).
+  """
   return keras.Sequential([
       keras.layers.Input(digits.IMAGE_SHAPE),
       keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
@@ -128,8 +139,27 @@ def weights_digest(weights: List[np.ndarray]) -> str:
   return h.hexdigest()[:16]
 
 
+def _learning_rate(keras, config: TrainConfig, replicas: int, total_steps: int):
+  """Cosine decay, after an optional linear warm-up to the scaled rate.
+
+  Async (parameter-server) updates settle as the rate falls, so every strategy
+  ends near the same accuracy. Keras's own schedule: it saves with the model.
+  """
+  scaled = scaling.scale_learning_rate(config.learning_rate, replicas, config.lr_scaling)
+  if config.warmup_steps:
+    return keras.optimizers.schedules.CosineDecay(
+        config.learning_rate, decay_steps=max(1, total_steps - config.warmup_steps),
+        alpha=0.05, warmup_target=scaled, warmup_steps=config.warmup_steps)
+  return keras.optimizers.schedules.CosineDecay(scaled, decay_steps=max(1, total_steps),
+                                                alpha=0.05)
+
+
 def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None) -> TrainResult:
   """Trains the default model (or `config.model_fn`) under `config.strategy`.
+
+  Keras 3 trains under every strategy: with `fit`, except under parameter
+  servers, where Keras 3's `fit` cannot run (keras-team/keras#18624) and
+  `tfdist.loop` trains the same compiled model instead.
 
   Args:
     config: the job.
@@ -140,8 +170,10 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
     digits, or the last epoch's training accuracy for a user's `dataset_fn`.
 
   Raises:
-    ValueError: a user's infinite `dataset_fn` without `steps_per_epoch`.
+    ValueError: a user's infinite `dataset_fn` without `steps_per_epoch`;
+      `compress_gradients` for a Keras 3 model.
   """
+  keras = keras_support.keras_module(config.keras)
   if strategy is None:
     # First: multi_worker_mirrored must configure collectives before any TF op.
     strategy = strategies.make_strategy(config.strategy, **config.strategy_options)
@@ -157,41 +189,32 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
     steps_per_epoch = _finite_steps(config.dataset_fn)
     # Keras keeps one iterator across epochs when it is given steps_per_epoch.
     dataset_fn = lambda input_context: config.dataset_fn(input_context).repeat()
-  total_steps = config.epochs * steps_per_epoch
-  # Cosine decay: async (parameter-server) updates settle as the rate falls, so
-  # every strategy ends near the same accuracy.
-  # With a warm-up: linear from the base rate to the scaled one, then the decay,
-  # all in tf_keras's own schedule (it saves and loads with the model).
-  scaled = scaling.scale_learning_rate(config.learning_rate, replicas, config.lr_scaling)
-  if config.warmup_steps:
-    lr = keras.optimizers.schedules.CosineDecay(
-        config.learning_rate, decay_steps=max(1, total_steps - config.warmup_steps),
-        alpha=0.05, warmup_target=scaled, warmup_steps=config.warmup_steps)
-  else:
-    lr = keras.optimizers.schedules.CosineDecay(scaled, decay_steps=max(1, total_steps),
-                                                alpha=0.05)
-  model_fn = config.model_fn or small_cnn
+  model_fn = config.model_fn or functools.partial(small_cnn, keras)
   with strategy.scope():
     model = model_fn()
-    if model.optimizer is None:  # Left to us: a classifier on logits.
+    flavour = keras_support.model_flavour(model)
+    keras = keras_support.keras_module(flavour)  # The model's own, whatever was asked.
+    if config.compress_gradients and flavour == keras_support.KERAS3:
+      raise ValueError("compress_gradients works with tf_keras optimizers only; build the "
+                       "model with tf_keras (`from tfdist import keras`) or train without "
+                       "it. Received: a Keras 3 model")
+    compiled_here = getattr(model, "optimizer", None) is None
+    if compiled_here:  # Left to us: a classifier on logits.
+      lr = _learning_rate(keras, config, replicas, config.epochs * steps_per_epoch)
       model.compile(optimizer=keras.optimizers.Adam(lr),
                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                     metrics=["accuracy"])
     if config.compress_gradients:
       gradient_compression.compress_gradients(model.optimizer)
-    keras_support.set_distribute_reduction_method(model, strategy)
-  timer = timing.EpochClock()
-  report = input_report.InputBoundReport(dataset_fn, verbose=config.verbose > 0)
-  callbacks = [timer, report]
-  if config.checkpoint_dir:
-    callbacks.append(checkpointing.backup_and_restore(config.checkpoint_dir))
-  with contextlib.ExitStack() as stack:
-    if config.tensorboard_dir:
-      log_dir = stack.enter_context(checkpointing.chief_dir(config.tensorboard_dir, strategy))
-      callbacks.append(keras.callbacks.TensorBoard(log_dir))
-    history = model.fit(distributed_input.distribute_function(strategy, dataset_fn),
-                        epochs=config.epochs, steps_per_epoch=steps_per_epoch,
-                        callbacks=callbacks, verbose=config.verbose)
+    if flavour == keras_support.TF_KERAS:
+      keras_support.set_distribute_reduction_method(model, strategy)
+  if flavour == keras_support.KERAS3 and \
+      isinstance(strategy, tf.distribute.ParameterServerStrategy):
+    history, times, input_bound = _fit_with_loop(config, strategy, model, keras, dataset_fn,
+                                                 steps_per_epoch, compiled_here)
+  else:
+    history, times, input_bound = _fit(config, strategy, model, keras, dataset_fn,
+                                       steps_per_epoch)
   if config.checkpoint_dir:
     checkpointing.save_model(model, os.path.join(config.checkpoint_dir, MODEL_FILE), strategy)
   if config.dataset_fn is None:
@@ -201,16 +224,67 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
     logits = evaluator.predict(x_test, batch_size=256, verbose=0)
     accuracy = float(np.mean(np.argmax(logits, axis=1) == y_test))
   else:  # No held-out split of the user's data here: the last epoch's.
-    accuracy = float(history.history.get("accuracy", [float("nan")])[-1])
-  times = timer.wall_times()
+    accuracy = float(history.get("accuracy", [float("nan")])[-1])
   timed = times[1:] or times  # The first epoch includes tracing.
   seconds_per_epoch = float(np.median(timed))
   return TrainResult(
-      strategy=config.strategy, replicas=replicas,
+      strategy=config.strategy, keras=flavour, replicas=replicas,
       # Only parameter-server training applies updates asynchronously.
       sync=not isinstance(strategy, tf.distribute.ParameterServerStrategy),
-      accuracy=accuracy, losses=[float(l) for l in history.history["loss"]],
+      accuracy=accuracy, losses=[float(l) for l in history["loss"]],
       examples_per_second=steps_per_epoch * config.batch_size / seconds_per_epoch,
       step_time_ms=1000 * seconds_per_epoch / steps_per_epoch,
-      weights_digest=weights_digest(model.get_weights()),
-      input_bound=report.result.share if report.result else None)
+      weights_digest=weights_digest(model.get_weights()), input_bound=input_bound)
+
+
+def _fit(config, strategy, model, keras, dataset_fn, steps_per_epoch):
+  """Keras `fit`; returns (history, wall seconds per epoch, input-bound share or None)."""
+  timer = timing.EpochClock()
+  report = input_report.InputBoundReport(dataset_fn, verbose=config.verbose > 0)
+  callbacks = [timer, report]
+  if config.checkpoint_dir:
+    callbacks.append(checkpointing.backup_and_restore(config.checkpoint_dir, model=model))
+  with contextlib.ExitStack() as stack:
+    if config.tensorboard_dir:
+      log_dir = stack.enter_context(checkpointing.chief_dir(config.tensorboard_dir, strategy))
+      callbacks.append(keras.callbacks.TensorBoard(log_dir))
+    history = model.fit(distributed_input.distribute_function(strategy, dataset_fn),
+                        epochs=config.epochs, steps_per_epoch=steps_per_epoch,
+                        callbacks=callbacks, verbose=config.verbose)
+  return (history.history, timer.wall_times(),
+          report.result.share if report.result else None)
+
+
+def _fit_with_loop(config, strategy, model, keras, dataset_fn, steps_per_epoch,
+                   compiled_here):
+  """`tfdist.loop` on a compiled Keras 3 model, where its `fit` cannot run; as `_fit`."""
+  if config.tensorboard_dir:
+    raise ValueError("tensorboard_dir: Keras 3 under parameter servers trains with "
+                     "tfdist.loop, which writes no TensorBoard logs; drop it or use tf_keras. "
+                     f"Received: tensorboard_dir={config.tensorboard_dir!r}")
+  # The accuracy of the classifier compiled here; a user's compiled model reports its loss.
+  metrics = {"accuracy": keras.metrics.sparse_categorical_accuracy} if compiled_here else {}
+  # Whole loops per closure; the largest that divides the epoch (at most 8).
+  steps_per_loop = max(k for k in range(1, 9) if steps_per_epoch % k == 0)
+  # Under parameter servers only the chief runs this: its backup is the only one.
+  backup_dir = (os.path.join(config.checkpoint_dir, checkpointing.BACKUP_SUBDIR)
+                if config.checkpoint_dir else None)
+  loop = loop_lib.Loop(
+      strategy, model, loss=keras.losses.get(model.loss), optimizer=model.optimizer,
+      metrics=metrics, steps_per_loop=steps_per_loop, checkpoint_dir=backup_dir)
+  history: Dict[str, list] = {}
+  times = []
+  for epoch in range(int(loop.epoch.numpy()), config.epochs):  # Resumes from the backup.
+    start = time.perf_counter()
+    logs = loop.fit(dataset_fn, epochs=epoch + 1, steps_per_epoch=steps_per_epoch,
+                    verbose=False)
+    times.append(time.perf_counter() - start)
+    for name, values in logs.items():
+      history.setdefault(name, []).extend(values)
+    if config.verbose:
+      shown = " - ".join(f"{name}: {values[-1]:.4f}" for name, values in logs.items()
+                         if name != loop_lib.EXAMPLES)
+      print(f"Epoch {epoch + 1}/{config.epochs} - {times[-1]:.1f}s - {shown}", flush=True)
+  if backup_dir:  # Finished: as Keras's BackupAndRestore, nothing left to resume.
+    tf.io.gfile.rmtree(backup_dir)
+  return history, times, None

@@ -50,7 +50,7 @@ def test_slow_pipeline_is_highly_input_bound_and_cached_one_is_not():
       slow.result)
 
 
-def _train(callbacks, *, layers=(), optimizer="adam"):
+def _train(callbacks, *, layers=(), optimizer="adam", keras=keras):
   """A seeded fit of a small model on `fast_fn`, with `layers` before its output."""
   strategy = tfdist.make_strategy("one_device")
   with strategy.scope():
@@ -99,6 +99,24 @@ def test_a_model_with_random_layers_is_not_probed_and_trains_the_same(capsys):
   assert report.result is None
   assert "random layers ['dropout" in report.skipped
   assert "input-bound report: not measured: the model has random layers" in capsys.readouterr().out
+
+
+def test_keras3_models_are_probed_and_train_the_same():
+  import keras as keras3
+  report = input_report.InputBoundReport(fast_fn, verbose=False)
+  probed, plain = _train([report], keras=keras3), _train([], keras=keras3)
+  assert report.result is not None and len(report.per_epoch) == 2
+  _assert_same_weights(probed, plain)  # Weights, and the optimizer's step through them.
+  for a, b in zip(probed.optimizer.variables, plain.optimizer.variables):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_keras3_random_layers_are_found():
+  import keras as keras3
+  layers = (lambda: keras3.layers.Dense(16), lambda: keras3.layers.GaussianNoise(0.1))
+  report = input_report.InputBoundReport(fast_fn, verbose=False)
+  _train([report], layers=layers, keras=keras3)
+  assert report.result is None and "random layers ['gaussian_noise" in report.skipped
 
 
 @pytest.mark.parametrize("share, verdict", [(0.02, "not input-bound"),

@@ -3,22 +3,25 @@
 Each strategy runs in a fresh `tfdist train` process (a fresh TF runtime, as
 multi_worker_mirrored needs), on 2 logical CPU devices for the single-machine
 strategies, a local 2-worker cluster for multi_worker_mirrored, and chief +
-2 workers + 1 ps for parameter_server. Exit code 1 if any strategy fails or
-misses single-device accuracy by more than --tolerance.
+2 workers + 1 ps for parameter_server. `--keras=tf_keras,keras3` runs the
+table for both Kerases. Exit code 1 if any strategy fails or misses the first
+strategy's accuracy (with the same Keras) by more than --tolerance.
 """
 
 import json
-import os
-import subprocess
-import sys
 import tempfile
-import time
 
 from absl import flags
+
+from tfdist.cli import train_process
+from tfdist.launch import task_keras
 
 _STRATEGIES = flags.DEFINE_list(
     "strategies", ["one_device", "mirrored", "central_storage", "multi_worker_mirrored",
                    "parameter_server"], "Strategies to compare; the first is the baseline.")
+_KERAS = flags.DEFINE_list(
+    "keras", [task_keras.KERAS_CHOICES[0]], "The Kerases to train the default model with, "
+    f"each under every strategy: any of {list(task_keras.KERAS_CHOICES)}.")
 _EPOCHS = flags.DEFINE_integer("epochs", 15, "Epochs per strategy.", lower_bound=1)
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Global batch size.", lower_bound=1)
 _TOLERANCE = flags.DEFINE_float("tolerance", 0.05, "Largest accuracy gap to the baseline "
@@ -26,42 +29,19 @@ _TOLERANCE = flags.DEFINE_float("tolerance", 0.05, "Largest accuracy gap to the 
 _TIMEOUT = flags.DEFINE_float("timeout", 600, "Seconds allowed per strategy.", lower_bound=1)
 _RESULT_FILE = flags.DEFINE_string("result_file", None, "Write all results as JSON here.")
 
-_SINGLE_MACHINE = ("one_device", "mirrored", "central_storage")
-_HEADER = ("strategy", "replicas", "mode", "accuracy", "examples/s", "step ms", "input wait",
-           "time s")
+_HEADER = ("keras", "strategy", "replicas", "mode", "accuracy", "examples/s", "step ms",
+           "input wait", "time s")
 
 
-def _run_one(name: str, workdir: str) -> dict:
-  result_file = os.path.join(workdir, f"{name}.json")
-  log_file = os.path.join(workdir, f"{name}.log")
-  command = [sys.executable, "-m", "tfdist", "train", f"--strategy={name}",
-             f"--epochs={_EPOCHS.value}", f"--batch_size={_BATCH_SIZE.value}",
-             f"--result_file={result_file}", "--verbose=0", f"--timeout={_TIMEOUT.value}"]
-  if name in _SINGLE_MACHINE:
-    command.append("--devices=2")  # Two logical CPUs stand in for two GPUs.
-  start = time.monotonic()
-  with open(log_file, "w") as log:
-    try:
-      code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
-                            timeout=_TIMEOUT.value + 30).returncode
-    except subprocess.TimeoutExpired:
-      code = "timeout"
-  seconds = time.monotonic() - start
-  if code != 0 or not os.path.exists(result_file):
-    with open(log_file) as log:
-      tail = log.read().splitlines()[-15:]
-    return {"strategy": name, "error": f"exit code {code}", "log_tail": tail,
-            "seconds": seconds}
-  with open(result_file) as f:
-    result = json.load(f)
-  result["seconds"] = seconds
-  return result
+@flags.validator("keras", f"--keras takes {list(task_keras.KERAS_CHOICES)}, comma-separated.")
+def _known_kerases(values):
+  return bool(values) and set(values) <= set(task_keras.KERAS_CHOICES)
 
 
 def _row(r: dict):
   if "error" in r:
-    return (r["strategy"], "-", "-", "FAILED", "-", "-", "-", f"{r['seconds']:.0f}")
-  return (r["strategy"], str(r["replicas"]), "sync" if r["sync"] else "async",
+    return (r["keras"], r["strategy"], "-", "-", "FAILED", "-", "-", "-", f"{r['seconds']:.0f}")
+  return (r["keras"], r["strategy"], str(r["replicas"]), "sync" if r["sync"] else "async",
           f"{r['accuracy']:.3f}", f"{r['examples_per_second']:.0f}",
           f"{r['step_time_ms']:.1f}",
           "n/a" if r["input_bound"] is None else f"{100 * r['input_bound']:.0f}%",
@@ -78,12 +58,13 @@ def _print_table(rows) -> None:
 
 def main(argv):
   del argv
-  names = _STRATEGIES.value
+  runs = [(keras, name) for keras in _KERAS.value for name in _STRATEGIES.value]
   results = []
   with tempfile.TemporaryDirectory(prefix="tfdist-compare-") as workdir:
-    for i, name in enumerate(names, 1):
-      print(f"[{i}/{len(names)}] {name} ...", end=" ", flush=True)
-      result = _run_one(name, workdir)
+    for i, (keras, name) in enumerate(runs, 1):
+      print(f"[{i}/{len(runs)}] {name} ({keras}) ...", end=" ", flush=True)
+      result = train_process.run(name, workdir, keras=keras, epochs=_EPOCHS.value,
+                                 batch_size=_BATCH_SIZE.value, timeout=_TIMEOUT.value)
       results.append(result)
       print("FAILED" if "error" in result else f"accuracy {result['accuracy']:.3f}",
             f"({result['seconds']:.0f} s)", flush=True)
@@ -91,17 +72,22 @@ def main(argv):
         print("\n".join(f"    {line}" for line in result["log_tail"]), flush=True)
   print()
   _print_table([_HEADER] + [_row(r) for r in results])
-  failed = [r["strategy"] for r in results if "error" in r]
-  baseline = results[0]
-  off = []
-  if "error" not in baseline:
-    off = [r["strategy"] for r in results
-           if "error" not in r and abs(r["accuracy"] - baseline["accuracy"]) > _TOLERANCE.value]
-    print(f"\nEvery strategy trains the same model on the same data; accuracy must be within "
-          f"{_TOLERANCE.value:.2f} of {baseline['strategy']} ({baseline['accuracy']:.3f}). "
-          "step ms and examples/s are medians over epochs 2+; input wait is the share of "
-          "a step spent waiting for data (n/a: parameter-server steps run remotely); "
-          "on 2 CPU cores more replicas share the same cores, so they are not faster here.")
+  failed = [f"{r['strategy']} ({r['keras']})" for r in results if "error" in r]
+  # Each Keras against its own baseline: the first strategy, trained with it.
+  baselines = {}
+  for r in results:
+    baselines.setdefault(r["keras"], r)
+  off = [f"{r['strategy']} ({r['keras']})" for r in results
+         if "error" not in r and "error" not in baselines[r["keras"]]
+         and abs(r["accuracy"] - baselines[r["keras"]]["accuracy"]) > _TOLERANCE.value]
+  shown = ", ".join(f"{keras} {b['strategy']} ({b['accuracy']:.3f})"
+                    for keras, b in baselines.items() if "error" not in b)
+  print(f"\nEvery strategy trains the same model on the same data; accuracy must be within "
+        f"{_TOLERANCE.value:.2f} of the baseline: {shown or 'none finished'}. "
+        "step ms and examples/s are medians over epochs 2+; input wait is the share of "
+        "a step spent waiting for data (n/a: parameter-server steps run remotely); "
+        "on 2 CPU cores more replicas share the same cores, so they are not faster here. "
+        "Keras 3 under parameter_server trains with tfdist.loop (its fit cannot run there).")
   if _RESULT_FILE.value:
     with open(_RESULT_FILE.value, "w") as f:
       json.dump(results, f, indent=1)

@@ -48,10 +48,13 @@ def command(name: str, module: ModuleType, extra_flags: Sequence[str] = ()) -> L
 
 def run(name: str, module: ModuleType, spec: ClusterSpec, *, timeout: float,
         extra_flags: Sequence[str] = (), max_restarts: int = 0,
-        output: Optional[TextIO] = None) -> int:
-  """Runs `tfdist <name>` with the same flags as every task of `spec`; its exit code."""
+        output: Optional[TextIO] = None, keras: Optional[str] = None) -> int:
+  """Runs `tfdist <name>` with the same flags as every task of `spec`; its exit code.
+
+  `keras`: the tasks' Keras (see `tfdist.launch.task_keras`).
+  """
   return launch_lib.launch_local(command(name, module, extra_flags), spec, timeout=timeout,
-                                 max_restarts=max_restarts, output=output)
+                                 max_restarts=max_restarts, output=output, keras=keras)
 
 
 def run_for_result(name: str, module: ModuleType, spec: ClusterSpec, *, timeout: float,

@@ -17,6 +17,7 @@ from tfdist import cluster as cluster_lib
 from tfdist import scaling
 from tfdist.cli import self_launch
 from tfdist.cli import user_code
+from tfdist.launch import task_keras
 from tfdist.strategies.local import CROSS_DEVICE_OPS
 from tfdist.strategies.multi_worker_mirrored import COMMUNICATION
 
@@ -65,6 +66,10 @@ _DATA = flags.DEFINE_string("data", None, "Your data: a .py file or module defin
                             "STEPS_PER_EPOCH (default: the embedded digits).")
 _RESULT_FILE = flags.DEFINE_string("result_file", None, "Write the result as JSON here "
                                    "(only the chief, or worker 0, writes).")
+_KERAS = flags.DEFINE_enum(
+    "keras", None, list(task_keras.KERAS_CHOICES),
+    "The Keras of the default model and of `tf.keras` (default: TF_USE_LEGACY_KERAS if "
+    "set, else tf_keras). A --model is trained with the Keras it builds, either one.")
 _VERBOSE = flags.DEFINE_integer("verbose", 2, "Keras fit verbosity (0, 1 or 2).",
                                 lower_bound=0, upper_bound=2)
 
@@ -91,14 +96,14 @@ def _needs_local_cluster() -> bool:
           and not self_launch.in_cluster())
 
 
-def _launch_self() -> int:
+def _launch_self(keras: str) -> int:
   if _STRATEGY.value == "parameter_server":
     spec = cluster_lib.ClusterSpec.local(_WORKERS.value, ps=_PS.value, chief=True)
   else:
     spec = cluster_lib.ClusterSpec.local(_WORKERS.value)
   print(f"[tfdist train] starting a local cluster: {spec}", flush=True)
   return self_launch.run("train", sys.modules[__name__], spec, timeout=_TIMEOUT.value,
-                         max_restarts=_MAX_RESTARTS.value)
+                         max_restarts=_MAX_RESTARTS.value, keras=keras)
 
 
 # Set in the copy of this command that runs inside the private network.
@@ -145,13 +150,21 @@ def _run_forwarding_signals(command, env) -> int:
 
 def main(argv):
   del argv  # No positional arguments.
+  try:
+    keras = task_keras.resolve(_KERAS.value)
+  except ValueError as e:  # A TF_USE_LEGACY_KERAS that is neither 1 nor 0.
+    print(f"tfdist train: {e}", file=sys.stderr)
+    return 2
+  # `tf.keras` in a --model module resolves to the same Keras, here and in the tasks.
+  legacy = task_keras.LEGACY_KERAS_ENV
+  os.environ[legacy] = task_keras.variables(keras, {})[legacy]
   if _COMPRESS_GRADIENTS.value and _STRATEGY.value == "parameter_server":
     print("tfdist train: --compress_gradients compresses the all-reduce, and parameter-server "
           "training has none; drop the flag or use multi_worker_mirrored. Received: "
           "--strategy=parameter_server --compress_gradients", file=sys.stderr)
     return 2
   if _needs_local_cluster():
-    return _launch_self()
+    return _launch_self(keras)
   if _IN_PROCESS.value and os.environ.get(_PRIVATE_NETWORK_ENV) != "1":
     code = _run_in_private_network()
     if code is not None:
@@ -179,9 +192,9 @@ def main(argv):
       warmup_steps=_WARMUP_STEPS.value, strategy_options=_strategy_options(),
       verbose=_VERBOSE.value, checkpoint_dir=_CHECKPOINT_DIR.value,
       tensorboard_dir=_TENSORBOARD_DIR.value, compress_gradients=_COMPRESS_GRADIENTS.value,
-      **user)
+      keras=keras, **user)
   result = training.train(config)
-  print(f"strategy={result.strategy} replicas={result.replicas} "
+  print(f"strategy={result.strategy} keras={result.keras} replicas={result.replicas} "
         f"accuracy={result.accuracy:.4f} loss={result.losses[-1]:.4f} examples/s={result.examples_per_second:.0f} "
         f"step_time_ms={result.step_time_ms:.2f} weights={result.weights_digest} "
         f"input_bound={'n/a' if result.input_bound is None else f'{result.input_bound:.2f}'}",

@@ -131,8 +131,7 @@ class InputBoundReport(tf_keras.callbacks.Callback):
     # servers steps run on remote workers, and a model with random layers
     # (dropout, random augmentation) would see its random ops advanced by the
     # probe's steps, which no state can be rewound for.
-    random_layers = [layer.name for layer in self.model.submodules
-                     if isinstance(layer, tf_keras.layers.Layer) and _is_random(layer)]
+    random_layers = [layer.name for layer in _layers(self.model) if _is_random(layer)]
     self.skipped = None
     if isinstance(strategy, tf.distribute.ParameterServerStrategy):
       self.skipped = "steps run on remote workers under parameter servers"
@@ -182,8 +181,10 @@ class InputBoundReport(tf_keras.callbacks.Callback):
     weights = model.get_weights()
     # The optimizer's variables hold its step count too (learning-rate schedules
     # read it); Keras's own step counter is a variable of the model's.
-    optimizer_state = [v.numpy() for v in model.optimizer.variables()]
-    counter = model._train_counter.numpy()
+    optimizer_variables = _optimizer_variables(model.optimizer)
+    optimizer_state = [v.numpy() for v in optimizer_variables]
+    counter = getattr(model, "_train_counter", None)  # tf_keras's; Keras 3 has none.
+    counted = None if counter is None else counter.numpy()
     try:
       train_function = self._train_function
       for _ in range(2):  # Fill the cache and settle.
@@ -196,12 +197,28 @@ class InputBoundReport(tf_keras.callbacks.Callback):
       return statistics.median(seconds)
     finally:
       model.set_weights(weights)
-      for variable, value in zip(model.optimizer.variables(), optimizer_state):
+      for variable, value in zip(optimizer_variables, optimizer_state):
         variable.assign(value)
-      model._train_counter.assign(counter)
+      if counter is not None:
+        counter.assign(counted)
+
+
+def _layers(model) -> list:
+  """Every layer inside `model`, nested ones included, in either Keras."""
+  if isinstance(model, tf_keras.Model):
+    return [m for m in model.submodules if isinstance(m, tf_keras.layers.Layer)]
+  return model._flatten_layers(include_self=False)  # Keras 3: no public recursive list.
+
+
+def _optimizer_variables(optimizer) -> list:
+  variables = optimizer.variables  # A method in tf_keras, a property in Keras 3.
+  return list(variables() if callable(variables) else variables)
 
 
 def _is_random(layer) -> bool:
   """Whether a Keras layer draws random numbers in training (Dropout, RandomFlip, ...)."""
-  from tf_keras.src.engine import base_layer  # The one base class they share.
-  return isinstance(layer, base_layer.BaseRandomLayer)
+  if isinstance(layer, tf_keras.layers.Layer):
+    from tf_keras.src.engine import base_layer  # The one base class they share.
+    return isinstance(layer, base_layer.BaseRandomLayer)
+  import keras  # Keras 3: random layers hold a SeedGenerator.
+  return any(isinstance(value, keras.random.SeedGenerator) for value in vars(layer).values())
