@@ -289,15 +289,18 @@ def test_network_arguments_are_checked():
 
 
 @pytest.mark.slow
-def test_parameter_server_training_survives_a_killed_worker():
+@pytest.mark.parametrize("keras", ["tf_keras", "keras3"])  # fit; tfdist.loop for Keras 3.
+def test_parameter_server_training_survives_a_killed_worker(keras):
   command = helpers.tfdist_cli("train", "--strategy=parameter_server", "--epochs=6",
-                               "--verbose=2")
+                               "--verbose=2", f"--keras={keras}")
   # SIGKILL worker 1 once epoch 3 has begun.
   head, rest, code = helpers.signal_when(command, r"^\[chief:0\] Epoch 3/6", signal.SIGKILL,
                                          task=("worker", 1))
   out = head + rest
   assert code == 0, out[-3000:]
   assert "task worker:1 exited with code -9; training goes on with ['worker:0']" in out
+  # The coordinator lost it mid-training and re-ran its steps on worker 0.
+  assert re.search(r"\[chief:0\] .*Worker /job:worker/replica:0/task:1 failed", out), out[-3000:]
   assert epoch_starts(out, "chief:0") == [1, 2, 3, 4, 5, 6]
   accuracy = float(re.search(r"\[chief:0\] strategy=.* accuracy=([\d.]+)", out).group(1))
   assert accuracy > 0.7
