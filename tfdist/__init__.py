@@ -38,6 +38,7 @@ _EXPORTS = {
     "scaled_learning_rate": ("tfdist.scaling", "scaled_learning_rate"),
     "WarmUp": ("tfdist.scaling", "WarmUp"),
     "compress_gradients": ("tfdist.gradient_compression", "compress_gradients"),
+    "export": ("tfdist.serving", "export"),
     "cluster": ("tfdist.cluster", None),
     "devices": ("tfdist.devices", None),
     "strategies": ("tfdist.strategies", None),
@@ -46,6 +47,7 @@ _EXPORTS = {
     "launch": ("tfdist.launch", None),
     "loop": ("tfdist.loop", None),
     "placement": ("tfdist.placement", None),
+    "serving": ("tfdist.serving", None),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

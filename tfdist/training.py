@@ -24,6 +24,7 @@ from tfdist import gradient_compression
 from tfdist import keras_support
 from tfdist import loop as loop_lib
 from tfdist import scaling
+from tfdist import serving
 from tfdist import strategies
 from tfdist import timing
 from tfdist.data import digits
@@ -48,6 +49,7 @@ class TrainConfig:
   verbose: int = 2
   checkpoint_dir: Optional[str] = None  # Backup to resume from, and the final model.
   tensorboard_dir: Optional[str] = None
+  export_dir: Optional[str] = None  # A SavedModel for serving: export_dir/<version>.
   compress_gradients: bool = False  # All-reduce in float16 (see gradient_compression).
   # The Keras of the default model, "tf_keras" or "keras3"; a model_fn's model
   # is trained with its own Keras, whichever it is.
@@ -72,6 +74,7 @@ class TrainResult:
   step_time_ms: float
   weights_digest: str
   input_bound: Optional[float]  # Share of step time waiting for data; None under PSS.
+  export_path: Optional[str] = None  # The SavedModel version written (by the chief).
 
   def as_dict(self) -> dict:
     return dataclasses.asdict(self)
@@ -217,6 +220,9 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
                                        steps_per_epoch)
   if config.checkpoint_dir:
     checkpointing.save_model(model, os.path.join(config.checkpoint_dir, MODEL_FILE), strategy)
+  export_path = None
+  if config.export_dir:
+    export_path = serving.export(model, config.export_dir, strategy=strategy, model_fn=model_fn)
   if config.dataset_fn is None:
     # Evaluate on a plain copy: the same numbers for every strategy, PSS included.
     evaluator = model_fn()
@@ -234,7 +240,8 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
       accuracy=accuracy, losses=[float(l) for l in history["loss"]],
       examples_per_second=steps_per_epoch * config.batch_size / seconds_per_epoch,
       step_time_ms=1000 * seconds_per_epoch / steps_per_epoch,
-      weights_digest=weights_digest(model.get_weights()), input_bound=input_bound)
+      weights_digest=weights_digest(model.get_weights()), input_bound=input_bound,
+      export_path=export_path)
 
 
 def _fit(config, strategy, model, keras, dataset_fn, steps_per_epoch):

@@ -216,6 +216,38 @@ class TestCentralStorageWithSchedules:
     assert losses[-1] < losses[0]
 
 
+class TestCentralStorageWithKeras3State:
+  """Keras 3 batch norm and dropout fail under TF's CentralStorageStrategy; tfdist's trains."""
+
+  def fit(self, strategy):
+    import keras as keras3
+    x = np.random.default_rng(0).random((64, 8, 8, 1)).astype("float32")
+    y = np.random.default_rng(1).random((64, 10)).astype("float32")
+    keras3.utils.set_random_seed(0)
+    with strategy.scope():
+      model = keras3.Sequential([
+          keras3.Input((8, 8, 1)), keras3.layers.Conv2D(4, 3),
+          keras3.layers.BatchNormalization(), keras3.layers.Flatten(),
+          keras3.layers.Dropout(0.2), keras3.layers.Dense(10)])
+      model.compile(optimizer="sgd", loss="mse")
+    history = model.fit(x, y, batch_size=16, epochs=3, verbose=0, shuffle=False)
+    return model, history.history["loss"]
+
+  def test_raw_tensorflow_fails(self):
+    raw = tf.distribute.experimental.CentralStorageStrategy(["/cpu:0", "/cpu:1"])
+    with pytest.raises(ValueError, match="You must specify an aggregation method"):
+      self.fit(raw)
+
+  def test_tfdist_trains_and_updates_the_moving_statistics(self):
+    model, losses = self.fit(tfdist.make_strategy("central_storage"))
+    assert losses[-1] < losses[0]
+    moving_mean = model.layers[1].moving_mean
+    assert np.abs(np.asarray(moving_mean)).max() > 1e-3  # Initialized at 0; updated.
+    # The same training under mirrored, which keeps every replica's statistics.
+    mirrored, _ = self.fit(tfdist.make_strategy("mirrored"))
+    np.testing.assert_allclose(moving_mean, mirrored.layers[1].moving_mean, atol=1e-3)
+
+
 def test_many_mirrored_strategies_in_one_process():
   """tensorflow/tensorflow#62790: TF's default collectives abort on the second strategy."""
   for units in (3, 5, 7):  # Different shapes each time, as different models have.

@@ -58,6 +58,9 @@ _MAX_RESTARTS = flags.DEFINE_integer(
 _CHECKPOINT_DIR = flags.DEFINE_string(
     "checkpoint_dir", None, "Back up every epoch here, resume from it when the job restarts, "
     "and save the final model.keras (written once, by the chief).")
+_EXPORT_DIR = flags.DEFINE_string(
+    "export_dir", None, "Export the trained model here as a SavedModel for serving, in a new "
+    "numbered version folder (TF Serving's layout), written once, by the chief.")
 _TENSORBOARD_DIR = flags.DEFINE_string("tensorboard_dir", None, "TensorBoard logs (the chief's).")
 _MODEL = flags.DEFINE_string("model", None, "Your model: a .py file or module defining "
                              "model_fn() (default: a small CNN).")
@@ -191,7 +194,8 @@ def main(argv):
       learning_rate=_LEARNING_RATE.value, lr_scaling=_LR_SCALING.value,
       warmup_steps=_WARMUP_STEPS.value, strategy_options=_strategy_options(),
       verbose=_VERBOSE.value, checkpoint_dir=_CHECKPOINT_DIR.value,
-      tensorboard_dir=_TENSORBOARD_DIR.value, compress_gradients=_COMPRESS_GRADIENTS.value,
+      tensorboard_dir=_TENSORBOARD_DIR.value, export_dir=_EXPORT_DIR.value,
+      compress_gradients=_COMPRESS_GRADIENTS.value,
       keras=keras, **user)
   result = training.train(config)
   print(f"strategy={result.strategy} keras={result.keras} replicas={result.replicas} "
@@ -199,5 +203,7 @@ def main(argv):
         f"step_time_ms={result.step_time_ms:.2f} weights={result.weights_digest} "
         f"input_bound={'n/a' if result.input_bound is None else f'{result.input_bound:.2f}'}",
         flush=True)
+  if result.export_path:
+    print(f"exported a SavedModel for serving to {result.export_path}", flush=True)
   self_launch.write_result(_RESULT_FILE.value, result.as_dict())
   return 0

@@ -47,26 +47,33 @@ def _mirrored(devices: Optional[Sequence[str]] = None,
 
 
 class CentralStorageStrategy(tf.distribute.experimental.CentralStorageStrategy):
-  """`CentralStorageStrategy` under which tf_keras learning-rate schedules work.
+  """`CentralStorageStrategy` under which Keras's own state variables work.
 
-  tf_keras's optimizer keeps a schedule's current value in a variable created
-  without an aggregation and assigns it in replica context. Under central
-  storage that variable is an AggregatingVariable, and the assign raises "You must
-  specify an aggregation method". Every replica computes the same value, so
-  taking the first replica's is exact.
+  Under central storage a variable is an AggregatingVariable, and assigning
+  one in replica context raises "You must specify an aggregation method" when
+  it was created without one. Keras creates several that way and assigns them
+  inside the step: tf_keras's optimizer keeps a schedule's current value in
+  one, and Keras 3 creates batch normalization's moving statistics and its
+  random layers' seed state without an aggregation. Here they get one:
+  replicas that compute the same value (the learning rate, a seed) give the
+  first replica's, which is exact; moving statistics, which differ per
+  replica, are averaged, as tf_keras's own (sync-on-read, mean) are.
   """
 
   def scope(self):
     stack = contextlib.ExitStack()
     stack.enter_context(super().scope())
-    stack.enter_context(tf.variable_creator_scope(_first_replica_learning_rate))
+    stack.enter_context(tf.variable_creator_scope(_aggregate_keras_state))
     return stack
 
 
-def _first_replica_learning_rate(next_creator, **kwargs):
-  if (kwargs.get("name") == "current_learning_rate" and
-      kwargs.get("aggregation") in (None, tf.VariableAggregation.NONE)):
-    kwargs["aggregation"] = tf.VariableAggregation.ONLY_FIRST_REPLICA
+def _aggregate_keras_state(next_creator, **kwargs):
+  if kwargs.get("aggregation") in (None, tf.VariableAggregation.NONE) and (
+      kwargs.get("name") == "current_learning_rate" or kwargs.get("trainable") is False):
+    dtype = tf.as_dtype(kwargs.get("dtype") or tf.float32)
+    averaged = dtype.is_floating and kwargs.get("name") != "current_learning_rate"
+    kwargs["aggregation"] = (tf.VariableAggregation.MEAN if averaged
+                             else tf.VariableAggregation.ONLY_FIRST_REPLICA)
   return next_creator(**kwargs)
 
 
