@@ -226,6 +226,12 @@ def test_keras3_trains_on_parameter_servers_without_lost_updates():
   assert result["counter"] == result["expected"] == 2000
   # Keras 3's own assign_add, in the same run, loses some of the same updates.
   assert result["raw_counter"] < result["expected"]
+  # Exact evaluation on the workers: 1001 examples, each once, the loss of all of them.
+  assert result["evaluation"]["examples"] == 1001
+  assert result["evaluation"]["loss"] == pytest.approx(result["true_loss"], rel=1e-5)
+  assert result["infinite_error"] == ("Exact evaluation reads the dataset to its end: give a "
+                                      "finite one (no `repeat()`), or `steps`. Received: an "
+                                      "infinite dataset")
 
 
 @pytest.mark.slow
@@ -241,3 +247,5 @@ def test_keras3_refuses_sharded_variables_tf_keras_trains_with_them():
                                       "/job:ps/replica:0/task:1/device:CPU:0"]
   assert result["history"]["loss"][-1] < 0.05 * result["history"]["loss"][0]
   assert result["counter"] == result["expected"]
+  assert result["evaluation"]["examples"] == 1001
+  assert result["evaluation"]["loss"] == pytest.approx(result["true_loss"], rel=1e-5)

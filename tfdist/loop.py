@@ -53,6 +53,9 @@ from tfdist import keras3_workarounds
 from tfdist import keras_support
 
 EXAMPLES = "examples"
+# Closures of an exact evaluation under parameter servers: several per worker,
+# so a slow or lost worker holds up only a small share.
+EVALUATION_SHARDS = 8
 StepFn = Callable[..., Mapping[str, tf.Tensor]]
 
 
@@ -289,6 +292,34 @@ class Loop:
         totals[name] = totals.get(name, 0.0) + float(value)
     return totals
 
+  def _pss_exact_evaluate(self, dataset_fn) -> Dict[str, float]:
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)
+    shards = EVALUATION_SHARDS
+    context = tf.distribute.InputContext()  # The whole dataset; sharded below by batch.
+    counted = self._counted(self._eval_step)
+    spec = dataset_fn(context).element_spec  # Built, never read, here.
+    if int(dataset_fn(context).cardinality()) == tf.data.INFINITE_CARDINALITY:
+      raise ValueError("Exact evaluation reads the dataset to its end: give a finite one "
+                       "(no `repeat()`), or `steps`. Received: an infinite dataset")
+    names = sorted(tf.function(counted).get_concrete_function(spec).structured_outputs)
+
+    @tf.function
+    def run(index):
+      totals = {name: tf.constant(0.0) for name in names}
+      for batch in dataset_fn(context).shard(shards, index):  # Read on the worker.
+        sums = self.strategy.run(counted, args=(batch,))
+        totals = {name: totals[name] + sums[name] for name in names}
+      return totals
+
+    results = [coordinator.schedule(run, args=(tf.constant(i, tf.int64),))
+               for i in range(shards)]
+    coordinator.join()
+    totals = {name: 0.0 for name in names}
+    for result in results:
+      for name, value in result.fetch().items():
+        totals[name] += float(value)
+    return totals
+
   # --- the public loop -------------------------------------------------------
 
   def _distribute(self, dataset):
@@ -346,14 +377,25 @@ class Loop:
     return history
 
   def evaluate(self, dataset, *, steps: Optional[int] = None) -> Dict[str, float]:
-    """Mean loss and metrics over every example of `dataset`, each counted once."""
+    """Mean loss and metrics over every example of `dataset`, each counted once.
+
+    Under ParameterServerStrategy, `dataset` is a `dataset_fn(input_context)`.
+    Without `steps` its dataset must be finite, and the evaluation is exact:
+    its batches are split into shards, one closure each, built and read on a
+    worker, whose sums come back as the closure's result; a closure re-run
+    after a lost worker replaces its result, so every example counts once.
+    With `steps`, that many batches are read from each worker's (repeated)
+    dataset, as Keras's `evaluate` does there.
+    """
     if self.loss is None:
       raise ValueError("evaluate needs the Loop's `loss`. Received: loss=None")
     if self._pss:
-      if steps is None or not callable(dataset):
+      if not callable(dataset) or isinstance(dataset, tf.data.Dataset):
         raise ValueError(
-            "Under ParameterServerStrategy, evaluate needs a dataset_fn and `steps`. "
-            f"Received: dataset={type(dataset).__name__}, steps={steps!r}")
+            "Under ParameterServerStrategy, evaluate needs a dataset_fn(input_context): "
+            f"each worker builds its own. Received: dataset={type(dataset).__name__}")
+      if steps is None:
+        return self._logs(self._pss_exact_evaluate(dataset))
       if steps % self.steps_per_loop:
         raise ValueError(
             "Under ParameterServerStrategy, `steps` must be a multiple of `steps_per_loop`. "

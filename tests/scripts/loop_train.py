@@ -76,6 +76,17 @@ except ValueError as e:
   print(f"REFUSED: {e}", flush=True)
   sys.exit(3)
 history = loop.fit(dataset_fn, epochs=4, steps_per_epoch=40, verbose=False)
+# Exact evaluation: 1001 examples in batches of 64 (the last partial), each once.
+x_eval = rng.random((1001, 4)).astype("float32")
+y_eval = (x_eval @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32")).astype("float32")
+evaluation = loop.evaluate(
+    lambda context: tf.data.Dataset.from_tensor_slices((x_eval, y_eval)).batch(64))
+true_loss = float(np.mean((np.asarray(model(x_eval)) - y_eval) ** 2))  # On the coordinator.
+try:
+  loop.evaluate(lambda context: tf.data.Dataset.from_tensor_slices((x_eval, y_eval)).repeat())
+  infinite_error = None
+except ValueError as e:
+  infinite_error = str(e)
 variables = [v.value if flavour == "keras3" else v  # Keras 3: the tf.Variable inside.
              for v in model.trainable_variables]
 devices = sorted({s.device for v in variables for s in getattr(v, "variables", [v])})
@@ -114,5 +125,7 @@ if flavour == "keras3":  # Keras 3's own assign_add, for comparison: it loses up
   raw_loop.fit(dataset_fn, epochs=1, steps_per_epoch=STEPS, verbose=False)
   raw_counted = float(raw_counter.numpy())
 print("RESULT " + json.dumps({
-    "history": history, "kernel_devices": devices, "optimizer_iterations": int(optimizer.iterations),
+    "history": history, "evaluation": evaluation, "true_loss": true_loss,
+    "infinite_error": infinite_error,
+    "kernel_devices": devices, "optimizer_iterations": int(optimizer.iterations),
     "counter": counted, "raw_counter": raw_counted, "expected": INCREMENTS * STEPS}), flush=True)
