@@ -25,6 +25,7 @@ from tfdist import keras_support
 from tfdist import loop as loop_lib
 from tfdist import scaling
 from tfdist import serving
+from tfdist import sidecar
 from tfdist import strategies
 from tfdist import timing
 from tfdist.data import digits
@@ -50,6 +51,8 @@ class TrainConfig:
   checkpoint_dir: Optional[str] = None  # Backup to resume from, and the final model.
   tensorboard_dir: Optional[str] = None
   export_dir: Optional[str] = None  # A SavedModel for serving: export_dir/<version>.
+  # Epoch checkpoints in checkpoint_dir for a sidecar evaluator task (`evaluate_sidecar`).
+  evaluator: bool = False
   compress_gradients: bool = False  # All-reduce in float16 (see gradient_compression).
   # The Keras of the default model, "tf_keras" or "keras3"; a model_fn's model
   # is trained with its own Keras, whichever it is.
@@ -177,6 +180,9 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
       `compress_gradients` for a Keras 3 model.
   """
   keras = keras_support.keras_module(config.keras)
+  if config.evaluator and not config.checkpoint_dir:
+    raise ValueError("A sidecar evaluator reads the checkpoints in `checkpoint_dir`: give one. "
+                     "Received: evaluator=True, checkpoint_dir=None")
   if strategy is None:
     # First: multi_worker_mirrored must configure collectives before any TF op.
     strategy = strategies.make_strategy(config.strategy, **config.strategy_options)
@@ -211,13 +217,16 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
       gradient_compression.compress_gradients(model.optimizer)
     if flavour == keras_support.TF_KERAS:
       keras_support.set_distribute_reduction_method(model, strategy)
+  callbacks = []
+  if config.evaluator:
+    callbacks.append(sidecar.checkpoint_callback(config.checkpoint_dir, model))
   if flavour == keras_support.KERAS3 and \
       isinstance(strategy, tf.distribute.ParameterServerStrategy):
     history, times, input_bound = _fit_with_loop(config, strategy, model, keras, dataset_fn,
                                                  steps_per_epoch, compiled_here)
   else:
     history, times, input_bound = _fit(config, strategy, model, keras, dataset_fn,
-                                       steps_per_epoch)
+                                       steps_per_epoch, callbacks)
   if config.checkpoint_dir:
     checkpointing.save_model(model, os.path.join(config.checkpoint_dir, MODEL_FILE), strategy)
   export_path = None
@@ -244,11 +253,11 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
       export_path=export_path)
 
 
-def _fit(config, strategy, model, keras, dataset_fn, steps_per_epoch):
+def _fit(config, strategy, model, keras, dataset_fn, steps_per_epoch, callbacks):
   """Keras `fit`; returns (history, wall seconds per epoch, input-bound share or None)."""
   timer = timing.EpochClock()
   report = input_report.InputBoundReport(dataset_fn, verbose=config.verbose > 0)
-  callbacks = [timer, report]
+  callbacks = [timer, report, *callbacks]
   if config.checkpoint_dir:
     callbacks.append(checkpointing.backup_and_restore(config.checkpoint_dir, model=model))
   with contextlib.ExitStack() as stack:
@@ -295,3 +304,31 @@ def _fit_with_loop(config, strategy, model, keras, dataset_fn, steps_per_epoch,
   if backup_dir:  # Finished: as Keras's BackupAndRestore, nothing left to resume.
     tf.io.gfile.rmtree(backup_dir)
   return history, times, None
+
+
+def evaluate_sidecar(config: TrainConfig) -> None:
+  """The evaluator task of `train(config)`: evaluates its epoch checkpoints as they appear.
+
+  On the held-out digits for the default job, else on the user's dataset
+  (`steps_per_epoch` batches when it repeats); results go to TensorBoard in
+  `tensorboard_dir` (or `checkpoint_dir/eval`). Runs under no strategy.
+  """
+  keras = keras_support.keras_module(config.keras)
+  model = (config.model_fn or functools.partial(small_cnn, keras))()
+  keras = keras_support.keras_module(keras_support.model_flavour(model))
+  if getattr(model, "optimizer", None) is None:  # As `train` compiles it, schedule included.
+    model.compile(optimizer=keras.optimizers.Adam(_learning_rate(keras, config, 1, 1)),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+  steps = None
+  if config.dataset_fn is None:
+    _, data = digits.load_digits()
+  else:
+    data = config.dataset_fn(tf.distribute.InputContext())
+    steps = config.steps_per_epoch
+  print(f"sidecar evaluator: evaluating each new checkpoint in {config.checkpoint_dir} until "
+        f"epoch {config.epochs}", flush=True)
+  sidecar.evaluate_checkpoints(model, data, config.checkpoint_dir, last_epoch=config.epochs,
+                               log_dir=config.tensorboard_dir, steps=steps)
+  print(f"sidecar evaluator: evaluated epoch {config.epochs}'s checkpoint; results in "
+        f"{config.tensorboard_dir or os.path.join(config.checkpoint_dir, 'eval')}", flush=True)

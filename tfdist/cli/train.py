@@ -61,6 +61,10 @@ _CHECKPOINT_DIR = flags.DEFINE_string(
 _EXPORT_DIR = flags.DEFINE_string(
     "export_dir", None, "Export the trained model here as a SavedModel for serving, in a new "
     "numbered version folder (TF Serving's layout), written once, by the chief.")
+_EVALUATOR = flags.DEFINE_bool(
+    "evaluator", False, "Add a sidecar evaluator task to the local cluster: it evaluates "
+    "each epoch's checkpoint in --checkpoint_dir (written by the chief) on the held-out data "
+    "and writes the results to TensorBoard (--tensorboard_dir, else checkpoint_dir/eval).")
 _TENSORBOARD_DIR = flags.DEFINE_string("tensorboard_dir", None, "TensorBoard logs (the chief's).")
 _MODEL = flags.DEFINE_string("model", None, "Your model: a .py file or module defining "
                              "model_fn() (default: a small CNN).")
@@ -101,9 +105,10 @@ def _needs_local_cluster() -> bool:
 
 def _launch_self(keras: str) -> int:
   if _STRATEGY.value == "parameter_server":
-    spec = cluster_lib.ClusterSpec.local(_WORKERS.value, ps=_PS.value, chief=True)
+    spec = cluster_lib.ClusterSpec.local(_WORKERS.value, ps=_PS.value, chief=True,
+                                         evaluator=_EVALUATOR.value)
   else:
-    spec = cluster_lib.ClusterSpec.local(_WORKERS.value)
+    spec = cluster_lib.ClusterSpec.local(_WORKERS.value, evaluator=_EVALUATOR.value)
   print(f"[tfdist train] starting a local cluster: {spec}", flush=True)
   return self_launch.run("train", sys.modules[__name__], spec, timeout=_TIMEOUT.value,
                          max_restarts=_MAX_RESTARTS.value, keras=keras)
@@ -161,6 +166,14 @@ def main(argv):
   # `tf.keras` in a --model module resolves to the same Keras, here and in the tasks.
   legacy = task_keras.LEGACY_KERAS_ENV
   os.environ[legacy] = task_keras.variables(keras, {})[legacy]
+  if _EVALUATOR.value and (not _CHECKPOINT_DIR.value or _STRATEGY.value not in _MULTI_WORKER
+                           or _IN_PROCESS.value):
+    print("tfdist train: --evaluator adds an evaluator task to the local cluster of "
+          "multi_worker_mirrored or parameter_server, and it reads the chief's checkpoints "
+          "in --checkpoint_dir: give both. Received: "
+          f"--strategy={_STRATEGY.value} --checkpoint_dir={_CHECKPOINT_DIR.value}"
+          f"{' --in_process' if _IN_PROCESS.value else ''}", file=sys.stderr)
+    return 2
   if _COMPRESS_GRADIENTS.value and _STRATEGY.value == "parameter_server":
     print("tfdist train: --compress_gradients compresses the all-reduce, and parameter-server "
           "training has none; drop the flag or use multi_worker_mirrored. Received: "
@@ -195,8 +208,13 @@ def main(argv):
       warmup_steps=_WARMUP_STEPS.value, strategy_options=_strategy_options(),
       verbose=_VERBOSE.value, checkpoint_dir=_CHECKPOINT_DIR.value,
       tensorboard_dir=_TENSORBOARD_DIR.value, export_dir=_EXPORT_DIR.value,
+      evaluator=_EVALUATOR.value,
       compress_gradients=_COMPRESS_GRADIENTS.value,
       keras=keras, **user)
+  spec = cluster_lib.ClusterSpec.from_env()
+  if spec is not None and spec.task is not None and spec.task.type == cluster_lib.EVALUATOR:
+    training.evaluate_sidecar(config)  # Not a member of the cluster: no strategy.
+    return 0
   result = training.train(config)
   print(f"strategy={result.strategy} keras={result.keras} replicas={result.replicas} "
         f"accuracy={result.accuracy:.4f} loss={result.losses[-1]:.4f} examples/s={result.examples_per_second:.0f} "

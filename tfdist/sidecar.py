@@ -1,0 +1,80 @@
+"""Evaluation beside training: a task of its own evaluates the chief's checkpoints.
+
+TensorFlow's pattern for evaluating while a cluster trains (the parameter-server
+guide's "sidecar evaluation"): the training side writes a weights checkpoint at
+every epoch end (`checkpoint_callback`, chief only, as tf_keras's
+`ModelCheckpoint` does it under every strategy), and an `evaluator` task, which
+is not part of the cluster, runs tf_keras's `SidecarEvaluator` on them
+(`evaluate_checkpoints`): it loads the newest checkpoint, evaluates, writes the
+results to TensorBoard (step: the optimizer's iterations at that checkpoint),
+and waits for the next, until it has evaluated the last epoch's. It evaluates
+the newest checkpoint each time it looks, so checkpoints written faster than
+one evaluation are skipped, never evaluated twice; the last one is always
+evaluated.
+
+`tfdist train --evaluator --checkpoint_dir DIR` does both; `tfdist launch
+--evaluator` starts the task for your own script.
+"""
+
+import os
+from typing import Optional
+
+import tensorflow as tf
+
+from tfdist import keras_support
+
+CHECKPOINT_NAME = "ckpt-{epoch}"  # SidecarEvaluator reads the epoch from the suffix.
+
+
+def _refuse_keras3(model) -> None:
+  if keras_support.is_keras3_model(model):
+    raise ValueError("Sidecar evaluation runs tf_keras's SidecarEvaluator, which Keras 3 has "
+                     "no counterpart of: build the model with tf_keras (`from tfdist import "
+                     "keras`), or evaluate in the training job. Received: a Keras 3 model")
+
+
+def checkpoint_callback(checkpoint_dir: str, model=None):
+  """A callback writing `checkpoint_dir/ckpt-<epoch>` (weights, TF format) at epoch ends.
+
+  Raises:
+    ValueError: `model` is a Keras 3 model.
+  """
+  import tf_keras  # Not at the top: importing tfdist must not load Keras.
+  if model is not None:
+    _refuse_keras3(model)
+  return tf_keras.callbacks.ModelCheckpoint(os.path.join(checkpoint_dir, CHECKPOINT_NAME),
+                                            save_weights_only=True)
+
+
+def evaluate_checkpoints(model, data, checkpoint_dir: str, *, last_epoch: int,
+                         log_dir: Optional[str] = None, steps: Optional[int] = None) -> None:
+  """Evaluates the checkpoints `checkpoint_callback` writes, until `ckpt-<last_epoch>`.
+
+  Args:
+    model: the same model, compiled with the metrics to report, under no strategy.
+    data: what `model.evaluate` reads (a finite dataset, or arrays as a tuple).
+    checkpoint_dir: where the chief writes its checkpoints.
+    last_epoch: the training's last epoch: its checkpoint ends the evaluation.
+    log_dir: TensorBoard folder for the results (default: `checkpoint_dir/eval`).
+    steps: batches per evaluation (None: all of `data`).
+
+  Raises:
+    ValueError: `model` is a Keras 3 model, or not compiled.
+  """
+  import tf_keras  # Not at the top: importing tfdist must not load Keras.
+  _refuse_keras3(model)
+  if model.optimizer is None:
+    raise ValueError("The evaluator's model must be compiled (with the training's optimizer "
+                     "type: its step count is the results' x-axis). Received: an uncompiled "
+                     f"{type(model).__name__}")
+  if hasattr(model.optimizer, "build"):
+    # Slots to restore into: the checkpoint holds the training's optimizer state.
+    model.optimizer.build(model.trainable_variables)
+  log_dir = log_dir or os.path.join(checkpoint_dir, "eval")
+  tf.io.gfile.makedirs(log_dir)
+  x, y = data if isinstance(data, tuple) else (data, None)
+  if y is not None:  # SidecarEvaluator passes `data` as `x` alone.
+    x = tf.data.Dataset.from_tensor_slices((x, y)).batch(256)
+  tf_keras.utils.SidecarEvaluator(
+      model, x, checkpoint_dir, steps=steps, max_evaluations=last_epoch,
+      callbacks=[tf_keras.callbacks.TensorBoard(log_dir)]).start()
