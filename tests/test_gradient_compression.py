@@ -112,3 +112,45 @@ print("ERROR", error.value)
   assert result.returncode == 0, result.stdout[-3000:]
   assert re.search(r"ERROR Parameter-server training .* nothing to compress.*Received: a "
                    "ParameterServerStrategy scope", result.stdout)
+
+
+def _aggregate_once(optimizer, variable, gradient, strategy):
+  @tf.function
+  def step():
+    def replica_fn():
+      (summed, _), = optimizer.aggregate_gradients([(tf.constant(gradient), variable)])
+      return summed
+    return strategy.run(replica_fn)
+  return [s.numpy() for s in strategy.experimental_local_results(step())]
+
+
+def test_small_gradients_travel_scaled_instead_of_flushing_to_zero():
+  strategy = tfdist.make_strategy("mirrored")
+  with strategy.scope():
+    variable = tf.Variable([0.0])
+    optimizer = compress_gradients(keras.optimizers.SGD(1.0))
+  # 2**-30 is below float16's smallest value (2**-24): cast alone, it would be 0.
+  assert float(tf.cast(tf.constant(2.0**-30), tf.float16)) == 0.0
+  for summed in _aggregate_once(optimizer, variable, [2.0**-30], strategy):
+    assert summed.tolist() == [2.0**-29]
+
+
+def test_a_float16_overflow_skips_the_step_and_lowers_the_scale():
+  # Each replica's gradient is 5e4, the sum 1e5: past float16's 65504 at any
+  # scale above 0.5. Steps are skipped, halving the scale from 2**12, until it fits.
+  strategy = tfdist.make_strategy("mirrored")
+  with strategy.scope():
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(
+        1, use_bias=False, kernel_initializer="zeros")])
+    optimizer = compress_gradients(keras.optimizers.SGD(1e-6))
+    model.compile(optimizer=optimizer, loss=lambda y, p: 1e5 * p)
+  x, y = np.ones((2, 1), "float32"), np.zeros((2, 1), "float32")
+  model.fit(x, y, batch_size=2, epochs=1, shuffle=False, verbose=0)
+  assert float(model.get_weights()[0][0, 0]) == 0.0  # Skipped: not NaN, not moved.
+  assert int(optimizer.iterations.numpy()) == 1
+  assert float(optimizer.wire_scale.read_value()) == 2.0**11
+  model.fit(x, y, batch_size=2, epochs=19, shuffle=False, verbose=0)
+  assert float(optimizer.wire_scale.read_value()) == 0.5  # 13 halvings, then it fits.
+  # The 7 steps that fit each moved the weight by 1e-6 x 1e5.
+  assert float(model.get_weights()[0][0, 0]) == pytest.approx(-0.7, rel=1e-3)
+  assert int(optimizer.iterations.numpy()) == 20
