@@ -249,3 +249,26 @@ def test_keras3_refuses_sharded_variables_tf_keras_trains_with_them():
   assert result["counter"] == result["expected"]
   assert result["evaluation"]["examples"] == 1001
   assert result["evaluation"]["loss"] == pytest.approx(result["true_loss"], rel=1e-5)
+
+
+# Keras 3's LossScaleOptimizer under mirrored decides whether to skip a step
+# from the first replica's gradients only (docs/known_issues.md): one device.
+@pytest.mark.parametrize("flavour, name", [("tf_keras", "mirrored"), ("keras3", "one_device")])
+def test_mixed_float16_steps_scale_the_loss(flavour, name):
+  # Under mixed_float16 compile wraps the optimizer in loss scaling; the loop
+  # scales the loss and unscales the gradients with it, as Keras's step does.
+  from tfdist import precision
+  keras = _keras(flavour)
+  strategy = tfdist.make_strategy(name)
+  x, y = _data(256)
+  with precision.policy("mixed_float16"):
+    model = _model(keras, strategy)
+    with strategy.scope():
+      model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+  assert "LossScale" in type(model.optimizer).__name__
+  loop = loop_lib.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
+                       optimizer=model.optimizer)
+  history = loop.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), epochs=3,
+                     verbose=False)
+  assert np.isfinite(history["loss"]).all(), history
+  assert history["loss"][-1] < 0.5 * history["loss"][0]

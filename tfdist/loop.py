@@ -83,6 +83,10 @@ def average_loss(per_example_loss, regularization_losses: Sequence = ()) -> tf.T
 
 
 def _per_example(loss, y, y_pred):
+  # In float32, as Keras computes losses: a float16 loss, scaled for mixed
+  # precision, overflows.
+  y_pred = tf.nest.map_structure(
+      lambda t: tf.cast(t, tf.float32) if t.dtype in (tf.float16, tf.bfloat16) else t, y_pred)
   # A Keras `Loss` object's `call` is its per-example form, in both Kerases.
   values = loss.call(y, y_pred) if hasattr(loss, "call") else loss(y, y_pred)
   values = tf.convert_to_tensor(values)
@@ -180,7 +184,14 @@ class Loop:
       y_pred = model(x, training=True)
       per_example = _per_example(self.loss, y, y_pred)
       loss = average_loss(per_example, model.losses)
+      # Under mixed_float16 compile's LossScaleOptimizer scales the loss (each Keras its way).
+      if hasattr(self.optimizer, "get_scaled_loss"):  # tf_keras
+        loss = self.optimizer.get_scaled_loss(loss)
+      elif hasattr(self.optimizer, "scale_loss"):  # Keras 3; apply_gradients unscales.
+        loss = self.optimizer.scale_loss(loss)
     grads = tape.gradient(loss, model.trainable_variables)
+    if hasattr(self.optimizer, "get_unscaled_gradients"):
+      grads = self.optimizer.get_unscaled_gradients(grads)
     self.optimizer.apply_gradients(zip(grads, model.trainable_variables))
     return self._sums_of(per_example, y, y_pred)
 

@@ -23,6 +23,7 @@ from tfdist import data
 from tfdist import gradient_compression
 from tfdist import keras_support
 from tfdist import loop as loop_lib
+from tfdist import precision
 from tfdist import scaling
 from tfdist import serving
 from tfdist import sidecar
@@ -54,6 +55,7 @@ class TrainConfig:
   # Epoch checkpoints in checkpoint_dir for a sidecar evaluator task (`evaluate_sidecar`).
   evaluator: bool = False
   compress_gradients: bool = False  # All-reduce in float16 (see gradient_compression).
+  precision: str = "float32"  # Or mixed_bfloat16, mixed_float16 (see tfdist.precision).
   # The Keras of the default model, "tf_keras" or "keras3"; a model_fn's model
   # is trained with its own Keras, whichever it is.
   keras: str = keras_support.TF_KERAS
@@ -77,6 +79,7 @@ class TrainResult:
   step_time_ms: float
   weights_digest: str
   input_bound: Optional[float]  # Share of step time waiting for data; None under PSS.
+  compute_dtype: str = "float32"  # The model's computations (its variables stay float32).
   export_path: Optional[str] = None  # The SavedModel version written (by the chief).
 
   def as_dict(self) -> dict:
@@ -95,7 +98,8 @@ def small_cnn(keras=tf_keras):
       keras.layers.MaxPooling2D(),
       keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
       keras.layers.GlobalAveragePooling2D(),
-      keras.layers.Dense(digits.NUM_CLASSES),
+      # Logits in float32 under a mixed policy, as TF's mixed-precision guide says.
+      keras.layers.Dense(digits.NUM_CLASSES, dtype="float32"),
   ], name="small_cnn")
 
 
@@ -199,7 +203,9 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
     # Keras keeps one iterator across epochs when it is given steps_per_epoch.
     dataset_fn = lambda input_context: config.dataset_fn(input_context).repeat()
   model_fn = config.model_fn or functools.partial(small_cnn, keras)
-  with strategy.scope():
+  # The policy reaches the layers built (and the compile, which adds loss
+  # scaling for float16) here, and nothing after train returns.
+  with precision.policy(config.precision), strategy.scope():
     model = model_fn()
     flavour = keras_support.model_flavour(model)
     keras = keras_support.keras_module(flavour)  # The model's own, whatever was asked.
@@ -250,6 +256,7 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
       examples_per_second=steps_per_epoch * config.batch_size / seconds_per_epoch,
       step_time_ms=1000 * seconds_per_epoch / steps_per_epoch,
       weights_digest=weights_digest(model.get_weights()), input_bound=input_bound,
+      compute_dtype=model.compute_dtype,
       export_path=export_path)
 
 

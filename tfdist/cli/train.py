@@ -14,6 +14,7 @@ import sys
 from absl import flags
 
 from tfdist import cluster as cluster_lib
+from tfdist import precision
 from tfdist import scaling
 from tfdist.cli import self_launch
 from tfdist.cli import user_code
@@ -50,6 +51,9 @@ _CROSS_DEVICE_OPS = flags.DEFINE_enum("cross_device_ops", "auto", list(CROSS_DEV
 _COMPRESS_GRADIENTS = flags.DEFINE_bool(
     "compress_gradients", False, "All-reduce gradients in float16 (half the bytes; mirrored "
     "and multi_worker_mirrored).")
+_PRECISION = flags.DEFINE_enum(
+    "precision", "float32", list(precision.POLICIES), "Keras dtype policy: mixed ones compute "
+    "in 16 bits and keep float32 variables (mixed_float16 adds loss scaling).")
 _TIMEOUT = flags.DEFINE_float("timeout", 600, "Seconds before a local cluster is stopped.",
                               lower_bound=1)
 _MAX_RESTARTS = flags.DEFINE_integer(
@@ -208,7 +212,7 @@ def main(argv):
       warmup_steps=_WARMUP_STEPS.value, strategy_options=_strategy_options(),
       verbose=_VERBOSE.value, checkpoint_dir=_CHECKPOINT_DIR.value,
       tensorboard_dir=_TENSORBOARD_DIR.value, export_dir=_EXPORT_DIR.value,
-      evaluator=_EVALUATOR.value,
+      evaluator=_EVALUATOR.value, precision=_PRECISION.value,
       compress_gradients=_COMPRESS_GRADIENTS.value,
       keras=keras, **user)
   spec = cluster_lib.ClusterSpec.from_env()
@@ -219,6 +223,7 @@ def main(argv):
   print(f"strategy={result.strategy} keras={result.keras} replicas={result.replicas} "
         f"accuracy={result.accuracy:.4f} loss={result.losses[-1]:.4f} examples/s={result.examples_per_second:.0f} "
         f"step_time_ms={result.step_time_ms:.2f} weights={result.weights_digest} "
+        f"compute_dtype={result.compute_dtype} "
         f"input_bound={'n/a' if result.input_bound is None else f'{result.input_bound:.2f}'}",
         flush=True)
   if result.export_path:
