@@ -86,3 +86,12 @@ def test_check_keras_names_the_valid_strategies():
   result = helpers.run(helpers.tfdist_cli("doctor", "--check_keras=mirorred"), timeout=60)
   assert result.returncode != 0
   assert "--check_keras takes 'all' or strategies of ['one_device'" in result.stdout
+
+
+def test_check_xla_fits_a_step_under_each_local_strategy():
+  text = str(doctor.diagnose({}, check_xla=True))
+  assert re.search(r"one_device +trains \(measured\)", text)
+  assert re.search(r"central_storage +trains \(measured\)", text)
+  assert re.search(r"mirrored +refused before the first step \(measured\): mirrored: XLA "
+                   r"compiles each replica's step for one device", text)
+  assert "jit_compile=True (XLA) x strategy" not in str(doctor.diagnose({}))

@@ -91,10 +91,36 @@ def _cluster(report: Report, environ: Mapping[str, str], timeout: float) -> None
   report.sections.append(("cluster", rows))
 
 
+def _xla() -> List[Tuple[str, str]]:
+  """`jit_compile=True` under each strategy of this machine: a one-step fit, measured."""
+  import numpy as np
+  import tf_keras
+  from tfdist import strategies
+  x = np.zeros((8, 2), "float32")
+  rows = []
+  for name in ("one_device", "mirrored", "central_storage"):
+    with strategies.make_strategy(name).scope():
+      model = tf_keras.Sequential([tf_keras.Input((2,)), tf_keras.layers.Dense(1)])
+      model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+    try:
+      model.fit(x, x[:, :1], batch_size=8, epochs=1, verbose=0)
+      rows.append((name, "trains (measured)"))
+    except ValueError as e:  # tfdist's refusal, before the first step.
+      rows.append((name, "refused before the first step (measured): "
+                   + str(e).split("jit_compile=True cannot run under ")[-1].split(". Compile")[0]))
+    except Exception as e:  # pylint: disable=broad-except  # Reported, not raised.
+      rows.append((name, f"FAILS (measured): {type(e).__name__}: {str(e).splitlines()[0]}"))
+  rows.append(("multi_worker_mirrored", "refused before the first step on CPUs: XLA has no "
+               "CPU collectives (TF's b/194942685)"))
+  rows.append(("parameter_server", "refused before the first step: an XLA step cannot read "
+               "variables on the ps tasks"))
+  return rows
+
+
 def diagnose(environ: Optional[Mapping[str, str]] = None, *,
              reachability_timeout: float = 2.0,
-             keras_measured: Optional[Tuple[List[Tuple[str, str]], List[str]]] = None
-             ) -> Report:
+             keras_measured: Optional[Tuple[List[Tuple[str, str]], List[str]]] = None,
+             check_xla: bool = False) -> Report:
   """Checks versions, devices, the Keras matrix and the cluster of `environ`.
 
   Args:
@@ -102,6 +128,8 @@ def diagnose(environ: Optional[Mapping[str, str]] = None, *,
     reachability_timeout: seconds to wait for each task of the cluster.
     keras_measured: (rows, problems) of a measured Keras x strategy matrix
       (`tfdist doctor --check_keras` measures it), shown beside the documented one.
+    check_xla: fit one step with `jit_compile=True` under each single-machine
+      strategy here (a few seconds), and list what happens under the others.
   """
   environ = os.environ if environ is None else environ
   report = Report()
@@ -113,6 +141,8 @@ def diagnose(environ: Optional[Mapping[str, str]] = None, *,
     rows, problems = keras_measured
     report.sections.append(("keras x strategy (tfdist train, measured here)", rows))
     report.problems += problems
+  if check_xla:
+    report.sections.append(("jit_compile=True (XLA) x strategy", _xla()))
   report.sections.append(("network", _network()))
   _cluster(report, environ, reachability_timeout)
   return report

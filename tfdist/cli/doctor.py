@@ -35,6 +35,8 @@ _TIMEOUT = flags.DEFINE_float("reachability_timeout", 2.0, "Seconds to wait for 
 _CHECK_KERAS = flags.DEFINE_list(
     "check_keras", [], "Measure the Keras x strategy matrix for these strategies ('all': "
     f"every one of {list(CELLS)}): a short `tfdist train` per Keras and strategy.")
+_CHECK_XLA = flags.DEFINE_bool("check_xla", False, "Fit one step with jit_compile=True under "
+                                "each single-machine strategy here and report what happens.")
 _CHECK_TIMEOUT = flags.DEFINE_float("check_keras_timeout", 180, "Seconds allowed per "
                                     "measured cell.", lower_bound=1)
 
@@ -83,6 +85,7 @@ def main(argv):
   if _CHECK_KERAS.value:
     strategies = list(CELLS) if "all" in _CHECK_KERAS.value else _CHECK_KERAS.value
     measured = measure_keras(strategies)
-  report = doctor.diagnose(reachability_timeout=_TIMEOUT.value, keras_measured=measured)
+  report = doctor.diagnose(reachability_timeout=_TIMEOUT.value, keras_measured=measured,
+                           check_xla=_CHECK_XLA.value)
   print(report)
   return 1 if report.problems else 0

@@ -1,8 +1,9 @@
-"""Refusing Keras 3 up front under the strategies where its `fit` fails.
+"""Refusing up front what would fail inside a Keras step, with the cause and the fix.
 
-Keras 3 otherwise fails inside its first step with an error that names
-neither the cause nor the fix (keras-team/keras#20585, #18624; see
-docs/known_issues.md).
+Keras 3 under the strategies where its `fit` fails (keras-team/keras#20585,
+#18624), and steps compiled with XLA (`jit_compile=True`) where XLA cannot
+run them: otherwise both fail inside the first step with an error that names
+neither the cause nor the fix (docs/known_issues.md).
 """
 
 import sys
@@ -39,3 +40,36 @@ class RefusesKeras3:
     reason = self._keras3_failure()
     if reason:
       keras_support.refuse_keras3(self._tfdist_name, reason)
+
+
+class RefusesJitCompile:
+  """Mixin: a Keras step compiled with XLA fails at once, before it runs, with the fix.
+
+  A model compiled with `jit_compile=True` hands `strategy.run` either its step
+  as a `tf.function(jit_compile=True)` (tf_keras) or its own `train_step`
+  from inside one (Keras 3). The subclass's `_jit_failure` says why XLA
+  cannot run it here, or None. A ValueError, so that it leaves TensorFlow's
+  tracing as itself.
+  """
+
+  _tfdist_name = ""
+
+  def _jit_failure(self) -> Optional[str]:
+    raise NotImplementedError
+
+  def run(self, fn, args=(), kwargs=None, options=None):
+    if _compiled_with_xla(fn):
+      reason = self._jit_failure()
+      if reason:
+        raise ValueError(
+            f"jit_compile=True cannot run under {self._tfdist_name}: {reason}. Compile with "
+            "jit_compile=False (Keras's default on CPUs), or use one_device or "
+            f"central_storage, where XLA trains. Received: a step compiled with XLA")
+    return super().run(fn, args=args, kwargs=kwargs, options=options)
+
+
+def _compiled_with_xla(fn) -> bool:
+  if getattr(fn, "_jit_compile", False):  # tf_keras: the step is the XLA function.
+    return True
+  model = getattr(fn, "__self__", None)  # Keras 3: the model's own bound step.
+  return keras_support.is_keras3_model(model) and getattr(model, "jit_compile", False) is True

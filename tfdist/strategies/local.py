@@ -10,6 +10,7 @@ from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
+from tfdist.strategies import keras_guard
 from tfdist.strategies import registry
 
 logger = logging.getLogger("tfdist")
@@ -42,8 +43,29 @@ def _mirrored(devices: Optional[Sequence[str]] = None,
   `cross_device_ops="auto"` uses NCCL with 2+ GPUs, else reduction to one device.
   """
   devices = _compute_devices(devices)
-  return tf.distribute.MirroredStrategy(
+  return MirroredStrategy(
       devices, cross_device_ops=_cross_device_ops(cross_device_ops, devices))
+
+
+class MirroredStrategy(keras_guard.RefusesJitCompile, tf.distribute.MirroredStrategy):
+  """`tf.distribute.MirroredStrategy` that refuses XLA steps on several CPU devices.
+
+  There XLA compiles each replica's step for one device while its variables
+  live on the others ("Trying to access resource ... located in device CPU:1
+  from device CPU:0", https://www.tensorflow.org/xla/known_issues#tfvariable_on_a_different_device;
+  keras-team/keras#18145). Not measured on GPUs here, so not refused there.
+  """
+
+  _tfdist_name = "mirrored"
+
+  def _jit_failure(self):
+    devices = self.extended.worker_devices
+    if len(devices) > 1 and all(tf.DeviceSpec.from_string(d).device_type == "CPU"
+                                for d in devices):
+      return ("XLA compiles each replica's step for one device, and the replicas' "
+              "variables live on the other CPU devices (tensorflow.org/xla/known_issues: "
+              "tf.Variable on a different device)")
+    return None
 
 
 class CentralStorageStrategy(tf.distribute.experimental.CentralStorageStrategy):

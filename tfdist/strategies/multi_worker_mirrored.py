@@ -36,15 +36,25 @@ def validate_cluster(spec: cluster_lib.ClusterSpec) -> None:
         f"Received: cluster.ps={list(spec.jobs[cluster_lib.PS])!r}")
 
 
-class MultiWorkerMirroredStrategy(keras_guard.RefusesKeras3, tf.distribute.MultiWorkerMirroredStrategy):
+class MultiWorkerMirroredStrategy(keras_guard.RefusesKeras3, keras_guard.RefusesJitCompile,
+                                  tf.distribute.MultiWorkerMirroredStrategy):
   """`tf.distribute.MultiWorkerMirroredStrategy` under which Keras 3 trains too.
 
   With 2+ workers it enables `keras3_workarounds.enable_multi_worker()`; for a
   Keras 3 outside the tested versions, a Keras 3 `fit` is refused up front with
-  the reason instead of failing inside its first step.
+  the reason instead of failing inside its first step. So is a step compiled
+  with XLA across CPU workers: XLA has no CPU collectives.
   """
 
   _tfdist_name = "multi_worker_mirrored"
+
+  def _jit_failure(self):
+    devices = self.extended.worker_devices
+    on_cpus = all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in devices)
+    if on_cpus and (keras_support.is_multi_worker_mirrored(self) or len(devices) > 1):
+      return ("XLA has no collectives for CPU devices (\"Collectives are not yet "
+              "implemented for CPU devices when compiling with XLA\", TF's b/194942685)")
+    return None
 
   def _keras3_failure(self):
     if not keras_support.is_multi_worker_mirrored(self) or keras3_workarounds.is_enabled():

@@ -31,10 +31,18 @@ def validate_cluster(spec: cluster_lib.ClusterSpec) -> None:
           f"e.g. ClusterSpec.local(workers=2, ps=1, chief=True). Received: {spec!r}")
 
 
-class ParameterServerStrategy(keras_guard.RefusesKeras3, tf.distribute.ParameterServerStrategy):
-  """`tf.distribute.ParameterServerStrategy` that refuses Keras 3 `fit` and owns its coordinator."""
+class ParameterServerStrategy(keras_guard.RefusesKeras3, keras_guard.RefusesJitCompile,
+                              tf.distribute.ParameterServerStrategy):
+  """`tf.distribute.ParameterServerStrategy` that refuses Keras 3 `fit` and XLA steps.
+
+  It owns its coordinator.
+  """
 
   _tfdist_name = "parameter_server"
+
+  def _jit_failure(self):
+    return ("a worker's XLA-compiled step cannot read variables that live on the ps "
+            "tasks (tensorflow.org/xla/known_issues: tf.Variable on a different device)")
 
   def _keras3_failure(self):
     return keras_support.PSS_FAILURE
