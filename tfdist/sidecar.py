@@ -5,18 +5,20 @@ guide's "sidecar evaluation"): the training side writes a weights checkpoint at
 every epoch end (`checkpoint_callback`, chief only, as tf_keras's
 `ModelCheckpoint` does it under every strategy), and an `evaluator` task, which
 is not part of the cluster, runs tf_keras's `SidecarEvaluator` on them
-(`evaluate_checkpoints`): it loads the newest checkpoint, evaluates, writes the
-results to TensorBoard (step: the optimizer's iterations at that checkpoint),
-and waits for the next, until it has evaluated the last epoch's. It evaluates
-the newest checkpoint each time it looks, so checkpoints written faster than
-one evaluation are skipped, never evaluated twice; the last one is always
-evaluated.
+(`evaluate_checkpoints`): it evaluates every checkpoint, in order, writes each
+result to TensorBoard (step: the optimizer's iterations at that checkpoint),
+and waits for the next, until it has evaluated the last epoch's.
+`SidecarEvaluator` alone evaluates whichever checkpoint is newest when it
+looks, skipping those written while it was busy; here each one is handed to
+it in turn.
 
 `tfdist train --evaluator --checkpoint_dir DIR` does both; `tfdist launch
 --evaluator` starts the task for your own script.
 """
 
 import os
+import tempfile
+import time
 from typing import Optional
 
 import tensorflow as tf
@@ -24,6 +26,7 @@ import tensorflow as tf
 from tfdist import keras_support
 
 CHECKPOINT_NAME = "ckpt-{epoch}"  # SidecarEvaluator reads the epoch from the suffix.
+POLL_SECONDS = 0.5  # How often the evaluator looks for a new checkpoint.
 
 
 def _refuse_keras3(model) -> None:
@@ -75,6 +78,29 @@ def evaluate_checkpoints(model, data, checkpoint_dir: str, *, last_epoch: int,
   x, y = data if isinstance(data, tuple) else (data, None)
   if y is not None:  # SidecarEvaluator passes `data` as `x` alone.
     x = tf.data.Dataset.from_tensor_slices((x, y)).batch(256)
-  tf_keras.utils.SidecarEvaluator(
-      model, x, checkpoint_dir, steps=steps, max_evaluations=last_epoch,
-      callbacks=[tf_keras.callbacks.TensorBoard(log_dir)]).start()
+  callbacks = [tf_keras.callbacks.TensorBoard(log_dir)]
+  evaluated = 0
+  with tempfile.TemporaryDirectory(prefix="tfdist-sidecar-") as inbox:
+    while evaluated < last_epoch:
+      ready = sorted(n for n in _written_epochs(checkpoint_dir) if n > evaluated)
+      if not ready:
+        time.sleep(POLL_SECONDS)
+        continue
+      epoch = ready[0]
+      # SidecarEvaluator evaluates the newest checkpoint of its folder: a folder
+      # whose `checkpoint` state names only this one, by its absolute path (the
+      # state's text format; TF's own writer for it is deprecated).
+      path = os.path.abspath(os.path.join(checkpoint_dir, f"ckpt-{epoch}"))
+      with tf.io.gfile.GFile(os.path.join(inbox, "checkpoint"), "w") as state:
+        state.write(f'model_checkpoint_path: "{path}"\nall_model_checkpoint_paths: "{path}"\n')
+      tf_keras.utils.SidecarEvaluator(model, x, inbox, steps=steps, max_evaluations=epoch,
+                                      callbacks=callbacks).start()
+      evaluated = epoch
+
+
+def _written_epochs(checkpoint_dir: str):
+  """Epochs whose checkpoint is complete: TF writes its `.index` file last."""
+  for path in tf.io.gfile.glob(os.path.join(checkpoint_dir, "ckpt-*.index")):
+    number = os.path.basename(path)[len("ckpt-"):-len(".index")]
+    if number.isdigit():
+      yield int(number)
