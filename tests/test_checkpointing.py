@@ -94,6 +94,25 @@ def test_sigterm_backs_up_mid_epoch_and_the_job_resumes_there(tmp_path):
 
 
 @pytest.mark.slow
+def test_keras3_sigterm_to_one_worker_backs_up_every_worker_and_resumes(tmp_path):
+  command = helpers.tfdist_cli("train", "--keras=keras3", "--strategy=multi_worker_mirrored",
+                               "--epochs=4", "--verbose=2", f"--checkpoint_dir={tmp_path}")
+  head, rest, code = helpers.signal_when(command, r"\[worker:1\] Epoch 3/4", signal.SIGTERM,
+                                         task=("worker", 1))
+  assert code == 143, (head + rest)[-3000:]
+  saved = {task: re.search(r"\[" + task + r"\] " + SAVED, rest).groups()
+           for task in ("worker:0", "worker:1")}
+  assert saved["worker:0"] == saved["worker:1"] and saved["worker:0"][0] == "3"
+  resumed = helpers.run(command, timeout=300)
+  assert resumed.returncode == 0, resumed.stdout[-3000:]
+  # Keras 3 resumes at epoch starts: epoch 3 again, from the weights backed up in it.
+  assert len(re.findall(r"\] BackupAndRestore: resuming at the start of epoch 3",
+                        resumed.stdout)) == 2
+  assert re.findall(r"\[worker:0\] Epoch (\d)/4", resumed.stdout) == ["3", "4"]
+  assert len(set(re.findall(r"\] strategy=.* weights=(\w+)", resumed.stdout))) == 1
+
+
+@pytest.mark.slow
 def test_sigterm_to_one_worker_backs_up_every_worker_at_the_same_step(tmp_path):
   command = helpers.tfdist_cli("train", "--strategy=multi_worker_mirrored", "--epochs=4",
                                "--verbose=2", f"--checkpoint_dir={tmp_path}")

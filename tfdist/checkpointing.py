@@ -82,7 +82,73 @@ PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
 _NEVER = 2**62
 
 
-class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
+class _SigtermChecks:
+  """SIGTERM during `fit` -> a backup at the next check, on every worker, then exit 143.
+
+  Shared by both Kerases' backups. Checks come about every `check_seconds` of
+  training (or every `check_every` batches if given), so the backup fits in the
+  grace period however long a step takes. Under MultiWorkerMirroredStrategy the
+  workers agree through one small all-reduce per check, so a SIGTERM to any one
+  worker makes all of them back up at the same step, and all of them derive the
+  next check's batch from the same reduced timing. The host class gives
+  `model`, `check_every`, `check_seconds`, `_fit_code()` (the code object of
+  its Keras's `fit`) and `_exit_after_backup(where, batch=, backed_up=)`.
+  """
+
+  def _start_checks(self):
+    self._terminated = False
+    if threading.current_thread() is threading.main_thread():
+      self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+    strategy = self.model.distribute_strategy
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+      self._agree = _any_worker(strategy)
+    self._reset_checks()
+
+  def _reset_checks(self):
+    self._next_check = self.check_every or 1
+    self._last_check = (0, time.monotonic())
+
+  def _on_sigterm(self, signum, frame):
+    if _inside(frame, self._fit_code()):
+      self._terminated = True
+      return
+    # fit is over but on_train_end never ran (it raised): hand the signal on.
+    previous = self._restore_handler()
+    if callable(previous):
+      previous(signum, frame)
+    elif previous != signal.SIG_IGN:
+      signal.signal(signal.SIGTERM, signal.SIG_DFL)
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  def _restore_handler(self):
+    previous, self._previous_handler = self._previous_handler, None
+    if previous is not None and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+      signal.signal(signal.SIGTERM, previous)
+    return previous
+
+  def _check(self, batch: Optional[int]) -> None:
+    """At the end of `batch` (None: of the epoch): exit after a backup if any task was told to."""
+    batches, since = self._last_check
+    elapsed = time.monotonic() - since
+    terminated = self._terminated
+    if self._agree is not None:
+      # Every worker gets the same answers, so they all check at the same batches.
+      terminated, elapsed = self._agree(float(terminated), elapsed)
+    if terminated:
+      where = "its last batch" if batch is None else f"batch {batch + 1}"
+      # At an epoch's end, on_epoch_end has just backed up.
+      self._exit_after_backup(where, batch=batch, backed_up=batch is None)
+    if batch is not None:
+      done = batch + 1 - batches
+      if self.check_every:
+        interval = self.check_every
+      else:  # About check_seconds from now, at this pace.
+        interval = max(1, min(1000, int(self.check_seconds * done / max(elapsed, 1e-6))))
+      self._next_check = batch + 1 + interval
+      self._last_check = (batch + 1, time.monotonic())
+
+
+class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
   """Keras's `BackupAndRestore`, plus a backup when the task gets SIGTERM.
 
   Backs up at the end of every epoch. When SIGTERM arrives (what SLURM and
@@ -146,32 +212,10 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
     if epoch >= 0:
       print(f"BackupAndRestore: resuming after epoch {epoch + 1}, batch {batch + 1} "
             f"(from {self.backup_dir})", flush=True)
-    self._terminated = False
-    if threading.current_thread() is threading.main_thread():
-      self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
-    strategy = self.model.distribute_strategy
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-      self._agree = _any_worker(strategy)
-    self._next_check = self.check_every or 1
-    self._last_check = (0, time.monotonic())
+    self._start_checks()
 
-  def _on_sigterm(self, signum, frame):
-    if _inside_fit(frame):
-      self._terminated = True
-      return
-    # fit is over but on_train_end never ran (it raised): hand the signal on.
-    previous = self._restore_handler()
-    if callable(previous):
-      previous(signum, frame)
-    elif previous != signal.SIG_IGN:
-      signal.signal(signal.SIGTERM, signal.SIG_DFL)
-      os.kill(os.getpid(), signal.SIGTERM)
-
-  def _restore_handler(self):
-    previous, self._previous_handler = self._previous_handler, None
-    if previous is not None and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-      signal.signal(signal.SIGTERM, previous)
-    return previous
+  def _fit_code(self):
+    return _TF_KERAS_FIT_CODE
 
   def on_train_batch_begin(self, batch, logs=None):
     if not self._pss:
@@ -189,8 +233,7 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
 
   def on_epoch_begin(self, epoch, logs=None):
     super().on_epoch_begin(epoch, logs)
-    self._next_check = self.check_every or 1
-    self._last_check = (0, time.monotonic())
+    self._reset_checks()
 
   def on_epoch_end(self, epoch, logs=None):
     self._backup(epoch=epoch)
@@ -203,27 +246,6 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
   def on_train_end(self, logs=None):
     self._restore_handler()
     super().on_train_end(logs)
-
-  def _check(self, batch: Optional[int]) -> None:
-    """At the end of `batch` (None: of the epoch): exit after a backup if any task was told to."""
-    batches, since = self._last_check
-    elapsed = time.monotonic() - since
-    terminated = self._terminated
-    if self._agree is not None:
-      # Every worker gets the same answers, so they all check at the same batches.
-      terminated, elapsed = self._agree(float(terminated), elapsed)
-    if terminated:
-      where = "its last batch" if batch is None else f"batch {batch + 1}"
-      # At an epoch's end, on_epoch_end has just backed up.
-      self._exit_after_backup(where, batch=batch, backed_up=batch is None)
-    if batch is not None:
-      done = batch + 1 - batches
-      if self.check_every:
-        interval = self.check_every
-      else:  # About check_seconds from now, at this pace.
-        interval = max(1, min(1000, int(self.check_seconds * done / max(elapsed, 1e-6))))
-      self._next_check = batch + 1 + interval
-      self._last_check = (batch + 1, time.monotonic())
 
   def _exit_after_backup(self, where: str, *, batch: Optional[int] = None,
                          backed_up: bool = False) -> None:
@@ -245,13 +267,13 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
     raise SystemExit(PREEMPTED_EXIT_CODE)
 
 
-_FIT_CODE = inspect.unwrap(tf_keras.Model.fit).__code__
+_TF_KERAS_FIT_CODE = inspect.unwrap(tf_keras.Model.fit).__code__
 
 
-def _inside_fit(frame) -> bool:
-  """Whether a tf_keras `fit` is on the stack of the interrupted frame."""
+def _inside(frame, code) -> bool:
+  """Whether `code` (a Keras `fit`) is on the stack of the interrupted frame."""
   while frame is not None:
-    if frame.f_code is _FIT_CODE:
+    if frame.f_code is code:
       return True
     frame = frame.f_back
   return False
@@ -284,7 +306,7 @@ def backup_and_restore(checkpoint_dir: str, *, check_every: Optional[int] = None
   After an interruption, the same `fit` call resumes from the last finished
   epoch, or from the batch where SIGTERM stopped it. The backup is deleted when
   training finishes. For a Keras 3 `model`, Keras 3's own callback, written by
-  the chief only (`keras3_backup_and_restore`); it backs up at epoch ends only.
+  the chief only (`keras3_backup_and_restore`): at epoch ends, and on SIGTERM.
   """
   if model is not None and keras_support.is_keras3_model(model):
     return keras3_backup_and_restore(os.path.join(checkpoint_dir, BACKUP_SUBDIR))
@@ -299,7 +321,11 @@ def keras3_backup_and_restore(backup_dir: str):
   MultiWorkerMirroredStrategy the second writer fails on the HDF5 file's lock.
   Here every worker still saves (saving may read values across workers), but
   the others into a temporary folder that is removed at once, TF's rule for
-  multi-worker files; every worker restores from the chief's folder.
+  multi-worker files; every worker restores from the chief's folder. On
+  SIGTERM it backs up at the next check, on every worker at the same step, and
+  exits with `PREEMPTED_EXIT_CODE`, as `BackupAndRestore` does for tf_keras;
+  Keras 3 resumes at epoch starts, so a restart re-runs the interrupted epoch
+  from those weights.
   """
   return _keras3_backup_class()(backup_dir)
 
@@ -308,8 +334,55 @@ def keras3_backup_and_restore(backup_dir: str):
 def _keras3_backup_class():
   import keras  # Only for Keras 3 models: importing tfdist must not load it.
 
-  class Keras3BackupAndRestore(keras.callbacks.BackupAndRestore):
+  fit_code = inspect.unwrap(keras.Model.fit).__code__
+
+  class Keras3BackupAndRestore(_SigtermChecks, keras.callbacks.BackupAndRestore):
     __doc__ = keras3_backup_and_restore.__doc__
+
+    def __init__(self, backup_dir: str, *, check_seconds: float = 1.0):
+      super().__init__(backup_dir)  # Keras 3 backs up at epoch ends and resumes there.
+      self.check_every = None
+      self.check_seconds = float(check_seconds)
+      self._previous_handler = None
+      self._agree = None
+
+    def _fit_code(self):
+      return fit_code
+
+    def on_train_begin(self, logs=None):
+      super().on_train_begin(logs)
+      start = getattr(self.model, "_initial_epoch", None) or 0  # Keras 3 sets it on restore.
+      if start:
+        print(f"BackupAndRestore: resuming at the start of epoch {start + 1} "
+              f"(from {self.backup_dir})", flush=True)
+      self._start_checks()
+
+    def on_epoch_begin(self, epoch, logs=None):
+      super().on_epoch_begin(epoch, logs)
+      self._current_epoch = epoch  # What a mid-epoch backup records: resume re-runs it.
+      self._reset_checks()
+
+    def on_train_batch_end(self, batch, logs=None):
+      super().on_train_batch_end(batch, logs)
+      if batch + 1 >= self._next_check:
+        self._check(batch)
+
+    def on_epoch_end(self, epoch, logs=None):
+      super().on_epoch_end(epoch, logs)  # The epoch's backup.
+      self._check(None)
+
+    def _exit_after_backup(self, where, *, batch=None, backed_up=False):
+      # The epoch a restart begins with (0-based): mid-epoch, the interrupted
+      # one, re-run with these weights (Keras 3 resumes at epoch starts only).
+      resume = self._current_epoch
+      if not backed_up:
+        self._save_model()
+      self._restore_handler()
+      running = resume if backed_up else resume + 1
+      print(f"BackupAndRestore: SIGTERM: backed up epoch {running} after {where} to "
+            f"{self.backup_dir}; exiting with code {PREEMPTED_EXIT_CODE}. Run the same job "
+            f"again to resume at the start of epoch {resume + 1}.", flush=True)
+      raise SystemExit(PREEMPTED_EXIT_CODE)
 
     def _save_model(self):
       strategy = self.model.distribute_strategy
@@ -331,6 +404,7 @@ def _keras3_backup_class():
         distributed_file_utils.remove_temp_dirpath(write_dir, strategy)
 
     def on_train_end(self, logs=None):
+      self._restore_handler()
       strategy = self.model.distribute_strategy
       # A barrier (one tiny all-reduce): every worker's last save, whose temporary
       # folder is inside the backup, is done before the chief deletes it all.
