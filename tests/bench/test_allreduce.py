@@ -17,7 +17,10 @@ def test_all_reduce_seconds_times_every_variant():
   assert set(seconds) == {"raw", "tfdist", "tfdist_fp16"}
   assert all(s > 0 for s in seconds.values())
   rates = allreduce.bus_bandwidth(4000, 0.001, replicas=2)
-  assert rates == {"algbw": 4e6, "busbw": 4e6}
+  assert rates == {"algbw": 4e6, "busbw": 4e6, "wire_busbw": 4e6}
+  # A float16 wire sends half the bytes: the float32 figure is the effective one.
+  halves = allreduce.bus_bandwidth(4000, 0.001, replicas=2, wire="float16")
+  assert halves == {"algbw": 4e6, "busbw": 4e6, "wire_busbw": 2e6}
 
 
 def test_loopback_bandwidth_is_positive():

@@ -20,8 +20,13 @@ def test_cli_writes_one_key_per_ratio(tmp_path):
       "small_model_tfdist_mirrored_over_plain_wall",
       "small_model_tfdist_mirrored_over_plain_cpu",
       "allreduce_loopback_gbps", "allreduce_busbw_over_tcp_raw_1mb",
-      "allreduce_busbw_over_tcp_tfdist_1mb", "allreduce_busbw_over_tcp_tfdist_fp16_1mb"}
+      "allreduce_busbw_over_tcp_tfdist_1mb", "allreduce_busbw_over_tcp_tfdist_fp16_1mb",
+      "allreduce_wire_busbw_over_tcp_raw_1mb", "allreduce_wire_busbw_over_tcp_tfdist_1mb",
+      "allreduce_wire_busbw_over_tcp_tfdist_fp16_1mb"}
   assert all(value > 0 for value in written.values())
+  # fp16 sends half the bytes it reduces: its wire figure is half its effective one.
+  assert written["allreduce_wire_busbw_over_tcp_tfdist_fp16_1mb"] == pytest.approx(
+      written["allreduce_busbw_over_tcp_tfdist_fp16_1mb"] / 2)
   assert "bus bandwidth / loopback TCP" in result.stdout
 
 

@@ -121,10 +121,15 @@ def all_reduce_seconds(strategy: tf.distribute.Strategy, tensor_bytes: Sequence[
   return {name: statistics.median(seconds) for name, seconds in times.items()}
 
 
-def bus_bandwidth(total_bytes: float, seconds: float, replicas: int) -> Dict[str, float]:
+def bus_bandwidth(total_bytes: float, seconds: float, replicas: int,
+                  wire: str = "float32") -> Dict[str, float]:
   """nccl-tests' algorithm bandwidth (bytes/time) and bus bandwidth (algbw*2(n-1)/n).
 
-  fp16 rows count the float32 bytes the user reduced, not the bytes sent.
+  `algbw` and `busbw` count the float32 bytes the user reduced: for a float16
+  wire that is the *effective* gradient bandwidth, twice what crossed it.
+  `wire_busbw` counts the bytes sent.
   """
   algbw = total_bytes / seconds
-  return {"algbw": algbw, "busbw": algbw * 2 * (replicas - 1) / replicas}
+  busbw = algbw * 2 * (replicas - 1) / replicas
+  sent = tf.dtypes.as_dtype(wire).size / tf.float32.size
+  return {"algbw": algbw, "busbw": busbw, "wire_busbw": busbw * sent}
