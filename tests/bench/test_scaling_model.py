@@ -1,6 +1,7 @@
 """tfdist.bench.scaling_model: the α-β model of a synchronous step."""
 
 import json
+import re
 
 import pytest
 
@@ -66,3 +67,8 @@ def test_cli_predicts_checks_and_draws(tmp_path):
   assert len(written["measured_efficiency_2_per_pair"]) == 2
   assert "prediction off by" in result.stdout and png.stat().st_size > 0
   assert "predicted on separate machines" in result.stdout and "latency" in result.stdout
+  # The step's collectives, traced: tfdist's defaults drop the outputs' reduction.
+  counts = written["collectives_per_step"]
+  assert 1 <= counts["tfdist"] < counts["raw"], counts
+  assert written["collective_bytes_per_step"]["tfdist"] > 0
+  assert re.search(r"collectives +\d+ per step with tfdist's defaults", result.stdout)

@@ -50,6 +50,7 @@ def measure_worker(strategy, model_fn: Callable, *, batch_size: int, steps: int,
   from tfdist import gradient_compression
   from tfdist import keras_support
   from tfdist.bench import allreduce
+  from tfdist.bench import collectives
   from tfdist.bench import harness
   from tfdist.strategies import multi_worker_mirrored
   rng = np.random.default_rng(seed)
@@ -65,12 +66,16 @@ def measure_worker(strategy, model_fn: Callable, *, batch_size: int, steps: int,
       keras_support.set_distribute_reduction_method(model, strategy)
     return model
 
-  def fit_timer(model, batch: int, distributed: bool):
-    """A function timing one fit of the model on random data of its shapes: seconds/step."""
+  def dataset_for(model, batch: int, distributed: bool = True):
+    """Random data of the model's shapes, repeated, distributed if asked."""
     x = rng.random((batch * 8,) + tuple(model.input_shape[1:])).astype("float32")
     y = rng.random((batch * 8,) + tuple(model.output_shape[1:])).astype("float32")
     make = lambda context=None: tf.data.Dataset.from_tensor_slices((x, y)).batch(batch).repeat()
-    dataset = strategy.distribute_datasets_from_function(make) if distributed else make()
+    return strategy.distribute_datasets_from_function(make) if distributed else make()
+
+  def fit_timer(model, batch: int, distributed: bool):
+    """A function timing one fit of the model on random data of its shapes: seconds/step."""
+    dataset = dataset_for(model, batch, distributed)
     timer = harness.epoch_timer(model, dataset, steps, warmup=False)
     return lambda: timer()["wall"]
 
@@ -103,6 +108,16 @@ def measure_worker(strategy, model_fn: Callable, *, batch_size: int, steps: int,
     for name, timer in timers.items():
       seconds[name].append(synchronised(timer)())
   result = {name: statistics.median(times[1:]) for name, times in seconds.items()}
+  # What a step communicates, tfdist's defaults against raw tf_keras: traced,
+  # not run (every worker traces the same, as collectives' keys need).
+  with strategy.scope():
+    raw = model_fn()
+    if raw.optimizer is None:
+      raw.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+  for name, counted in (("tfdist", model), ("raw", raw)):
+    counted.make_train_function()
+    step = collectives.per_step(counted, iter(dataset_for(counted, batch_size)))
+    result[f"collectives_{name}"], result[f"collective_bytes_{name}"] = step.count, step.bytes
   result["gradient_bytes"] = sum(int(np.prod(v.shape)) * v.dtype.size
                                  for v in model.trainable_variables)
   if num_workers > 1:

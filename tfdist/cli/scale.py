@@ -78,6 +78,11 @@ def main(argv):
         f"{r.busbw / 1e9:.3f} GB/s{fp16}: {1000 * r.bytes_seconds:.1f} ms per step on 2 workers\n"
         f"  latency         {1000 * r.latency:8.1f} ms per step on 2 workers (communication at "
         f"batch 1, {1000 * r.communication:.1f} ms, less the bytes)")
+  counts = pairs[0][1]  # The 2-worker run's trace; the same in every run.
+  print(f"  collectives     {counts['collectives_tfdist']} per step with tfdist's defaults "
+        f"({counts['collective_bytes_tfdist'] / 1024:.1f} KB), {counts['collectives_raw']} "
+        f"with raw tf_keras ({counts['collective_bytes_raw'] / 1024:.1f} KB): each a round "
+        "trip between the workers")
   print(f"\npredicted on separate machines (α-β model):\n"
         f"{'replicas':>8} {'step ms':>8} {'efficiency':>11}")
   for p in r.predictions:
@@ -107,7 +112,11 @@ def main(argv):
                  "measured_efficiency_2_per_pair": r.efficiencies,
                  "predicted_efficiency_2": r.predicted,
                  "prediction_error_2": r.error,
-                 "predicted": {p.replicas: p.efficiency for p in r.predictions}}, f, indent=1)
+                 "predicted": {p.replicas: p.efficiency for p in r.predictions},
+                 "collectives_per_step": {name: counts[f"collectives_{name}"]
+                                          for name in ("raw", "tfdist")},
+                 "collective_bytes_per_step": {name: counts[f"collective_bytes_{name}"]
+                                               for name in ("raw", "tfdist")}}, f, indent=1)
   return 0
 
 
