@@ -39,7 +39,8 @@ def compress_gradients(optimizer: tf_keras.optimizers.Optimizer, *,
 
   Only the cross-replica sum changes, so it matters under strategies that
   all-reduce (mirrored, multi_worker_mirrored); with one replica the cast is
-  skipped. Parameter-server training has no all-reduce and is refused.
+  skipped. Parameter-server training has no all-reduce and is refused. Call it
+  inside `strategy.scope()`: the wire scale is a variable per replica.
 
   Args:
     optimizer: a tf_keras optimizer (not a string: its aggregation is replaced).
