@@ -40,8 +40,11 @@ def test_cli_scaling_suite_reports_examples_per_second(tmp_path):
   written = json.loads(out.read_text())
   assert set(written) == {
       "scaling_cnn_examples_per_second_1", "scaling_cnn_examples_per_second_2",
-      "scaling_cnn_efficiency_2_measured", "scaling_cnn_efficiency_2_predicted"}
+      "scaling_cnn_efficiency_2_measured", "scaling_cnn_efficiency_2_predicted",
+      "scaling_cnn_collectives_per_step_raw", "scaling_cnn_collectives_per_step_tfdist"}
   assert all(value > 0 for value in written.values())
+  assert written["scaling_cnn_collectives_per_step_tfdist"] < \
+      written["scaling_cnn_collectives_per_step_raw"]
   assert "2 workers / 1, each pinned to a core" in result.stdout
 
 

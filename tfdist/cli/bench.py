@@ -153,14 +153,20 @@ def _scaling() -> dict:
     results.update({f"{prefix}_examples_per_second_1": one,
                     f"{prefix}_examples_per_second_2": two,
                     f"{prefix}_efficiency_2_measured": measured["measured_efficiency_2"],
-                    f"{prefix}_efficiency_2_predicted": measured["predicted_efficiency_2"]})
+                    f"{prefix}_efficiency_2_predicted": measured["predicted_efficiency_2"],
+                    f"{prefix}_collectives_per_step_raw": measured["collectives_per_step"]["raw"],
+                    f"{prefix}_collectives_per_step_tfdist":
+                        measured["collectives_per_step"]["tfdist"]})
   print("\nScaling: 2 workers / 1, each pinned to a core, same per-replica batch "
-        "(target >= 92% for the compute-bound CNN)")
+        "(target >= 92% for the compute-bound CNN); collectives one step launches, "
+        "raw tf_keras / tfdist's defaults")
   print(f"{'model':<10} {'batch':>6} {'1 worker ex/s':>14} {'2 workers ex/s':>15} "
-        f"{'efficiency':>11} {'predicted':>10}")
+        f"{'efficiency':>11} {'predicted':>10} {'collectives':>12}")
   for model, batch, one, two, measured in rows:
+    counts = measured["collectives_per_step"]
     print(f"{model:<10} {batch:>6} {one:>14.0f} {two:>15.0f} "
-          f"{measured['measured_efficiency_2']:>10.0%} {measured['predicted_efficiency_2']:>10.0%}")
+          f"{measured['measured_efficiency_2']:>10.0%} {measured['predicted_efficiency_2']:>10.0%}"
+          f" {counts['raw']:>6} / {counts['tfdist']:<3}")
   return results
 
 
