@@ -37,7 +37,6 @@ import tensorflow as tf
 from tfdist import checkpointing
 from tfdist import keras_support
 
-SIGNATURE = "serving_default"
 _PARTIAL = ".partial-"
 
 
