@@ -319,12 +319,19 @@ def test_a_sigkilled_launcher_leaves_no_task_and_no_port_behind(tmp_path):
     assert len(ports) >= 2, ports  # The worker's and the ps's TF servers.
     os.kill(launcher.pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(pid) for pid in pids.values()):
+    # A killed process's main thread is a zombie before its other threads (and
+    # their sockets) are gone: wait for the listeners too.
+    while time.monotonic() < deadline and (any(_alive(pid) for pid in pids.values())
+                                           or _still_listening(ports)):
       time.sleep(0.2)
   left = {name: pid for name, pid in pids.items() if _alive(pid)}
   assert not left, f"tasks outlived the launcher: {left}"
+  assert not _still_listening(ports)
   for port in ports:
     with socket.socket() as s:
+      # SO_REUSEADDR: the dead servers' closed connections may sit in TIME_WAIT
+      # on the port; a LISTEN socket would still refuse this bind on Linux.
+      s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
       s.bind(("", port))  # Free again.
 
 
@@ -334,6 +341,19 @@ def _alive(pid: int) -> bool:
       return f.read().rsplit(")", 1)[1].split()[0] != "Z"
   except FileNotFoundError:
     return False
+
+
+def _still_listening(ports) -> set:
+  """Those of `ports` that some socket on this machine still listens on."""
+  listening = set()
+  for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    with open(table) as f:
+      for row in f.read().splitlines()[1:]:
+        fields = row.split()
+        port = int(fields[1].rsplit(":", 1)[1], 16)
+        if fields[3] == "0A" and port in ports:  # 0A: LISTEN.
+          listening.add(port)
+  return listening
 
 
 def _listening_ports(pids) -> set:
