@@ -96,6 +96,7 @@ def _xla() -> List[Tuple[str, str]]:
   import numpy as np
   import tf_keras
   from tfdist import strategies
+  from tfdist.strategies import keras_guard
   x = np.zeros((8, 2), "float32")
   rows = []
   for name in ("one_device", "mirrored", "central_storage"):
@@ -110,10 +111,11 @@ def _xla() -> List[Tuple[str, str]]:
                    + str(e).split("jit_compile=True cannot run under ")[-1].split(". Compile")[0]))
     except Exception as e:  # pylint: disable=broad-except  # Reported, not raised.
       rows.append((name, f"FAILS (measured): {type(e).__name__}: {str(e).splitlines()[0]}"))
-  rows.append(("multi_worker_mirrored", "refused before the first step on CPUs: XLA has no "
-               "CPU collectives (TF's b/194942685)"))
-  rows.append(("parameter_server", "refused before the first step: an XLA step cannot read "
-               "variables on the ps tasks"))
+  # Not measured here (they need a cluster): the reasons their guards give.
+  rows.append(("multi_worker_mirrored", "refused before the first step on CPUs: "
+               + keras_guard.XLA_CPU_COLLECTIVES))
+  rows.append(("parameter_server", "refused before the first step: "
+               + keras_guard.XLA_PS_VARIABLES))
   return rows
 
 

@@ -9,6 +9,8 @@ neither the cause nor the fix (docs/known_issues.md).
 import sys
 from typing import Optional
 
+import tensorflow as tf
+
 from tfdist import keras_support
 
 
@@ -40,6 +42,22 @@ class RefusesKeras3:
     reason = self._keras3_failure()
     if reason:
       keras_support.refuse_keras3(self._tfdist_name, reason)
+
+
+# Why XLA cannot run a step, per strategy (measured on CPUs; docs/known_issues.md).
+XLA_OTHER_DEVICES = ("XLA compiles each replica's step for one device, and the replicas' "
+                     "variables live on the other CPU devices (tensorflow.org/xla/known_issues: "
+                     "tf.Variable on a different device)")
+XLA_CPU_COLLECTIVES = ("XLA has no collectives for CPU devices (\"Collectives are not yet "
+                       "implemented for CPU devices when compiling with XLA\", TF's b/194942685)")
+XLA_PS_VARIABLES = ("a worker's XLA-compiled step cannot read variables that live on the ps "
+                    "tasks (tensorflow.org/xla/known_issues: tf.Variable on a different device)")
+
+
+def on_cpus(strategy) -> bool:
+  """Whether every device `strategy` computes on is a CPU (logical ones included)."""
+  return all(tf.DeviceSpec.from_string(d).device_type == "CPU"
+             for d in strategy.extended.worker_devices)
 
 
 class RefusesJitCompile:

@@ -59,12 +59,8 @@ class MirroredStrategy(keras_guard.RefusesJitCompile, tf.distribute.MirroredStra
   _tfdist_name = "mirrored"
 
   def _jit_failure(self):
-    devices = self.extended.worker_devices
-    if len(devices) > 1 and all(tf.DeviceSpec.from_string(d).device_type == "CPU"
-                                for d in devices):
-      return ("XLA compiles each replica's step for one device, and the replicas' "
-              "variables live on the other CPU devices (tensorflow.org/xla/known_issues: "
-              "tf.Variable on a different device)")
+    if len(self.extended.worker_devices) > 1 and keras_guard.on_cpus(self):
+      return keras_guard.XLA_OTHER_DEVICES
     return None
 
 

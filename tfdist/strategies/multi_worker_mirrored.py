@@ -49,11 +49,10 @@ class MultiWorkerMirroredStrategy(keras_guard.RefusesKeras3, keras_guard.Refuses
   _tfdist_name = "multi_worker_mirrored"
 
   def _jit_failure(self):
-    devices = self.extended.worker_devices
-    on_cpus = all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in devices)
-    if on_cpus and (keras_support.is_multi_worker_mirrored(self) or len(devices) > 1):
-      return ("XLA has no collectives for CPU devices (\"Collectives are not yet "
-              "implemented for CPU devices when compiling with XLA\", TF's b/194942685)")
+    several = keras_support.is_multi_worker_mirrored(self) or \
+        len(self.extended.worker_devices) > 1
+    if several and keras_guard.on_cpus(self):
+      return keras_guard.XLA_CPU_COLLECTIVES
     return None
 
   def _keras3_failure(self):

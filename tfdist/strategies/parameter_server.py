@@ -41,8 +41,7 @@ class ParameterServerStrategy(keras_guard.RefusesKeras3, keras_guard.RefusesJitC
   _tfdist_name = "parameter_server"
 
   def _jit_failure(self):
-    return ("a worker's XLA-compiled step cannot read variables that live on the ps "
-            "tasks (tensorflow.org/xla/known_issues: tf.Variable on a different device)")
+    return keras_guard.XLA_PS_VARIABLES
 
   def _keras3_failure(self):
     return keras_support.PSS_FAILURE
