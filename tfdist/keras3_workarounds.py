@@ -25,6 +25,15 @@ Keras 3 variables under ParameterServerStrategy: `Variable.assign_add` is
 `assign(self + value)`, a read then a write, so two workers adding at once lose
 one update. `atomic_assign_add()` routes it to the TF variable's own
 `assign_add`, which the ps task applies atomically.
+
+Keras 3 variables sharded over parameter servers (`num_ps_shards > 1`: the TF
+variable a Keras variable wraps is a `ShardedVariable`) train when gradients
+and updates go to the shards, as tf_keras lists them (`tfdist.loop` does), but
+a checkpoint fails: Keras hands the `ShardedVariable` itself to TF's saver as
+a tensor ("'ShardedVariable' object has no attribute 'device'").
+`sharded_checkpoints()` saves the whole value instead, read from the shards,
+under the same name an unsharded variable uses, so a checkpoint restores into
+any sharding or none (restoring already splits the value over the shards).
 """
 
 import contextlib
@@ -43,6 +52,7 @@ ISSUE = "keras-team/keras#20585"
 # What each patch replaced, to put back: (owner, name) -> function; name -> function.
 _originals = {}
 _assign_originals = {}
+_checkpoint_originals = {}
 
 
 def keras_version() -> Optional[Tuple[int, int]]:
@@ -224,3 +234,48 @@ def restore_assign_add() -> None:
   for name, original in _assign_originals.items():
     setattr(core.Variable, name, original)
   _assign_originals.clear()
+
+
+def sharded_checkpoints() -> bool:
+  """Lets a Keras 3 variable whose TF variable is a `ShardedVariable` be checkpointed.
+
+  It is saved whole (the shards concatenated) under the key an unsharded Keras
+  variable uses; other variables are saved as before. Idempotent; returns
+  whether it is in place.
+  """
+  if _checkpoint_originals:
+    return True
+  if keras_version() is None:
+    return False
+  import tensorflow as tf
+  from keras.src.backend.tensorflow import core
+  sharded = tf.__internal__.distribute.ShardedVariable
+  cls = core.Variable
+  _checkpoint_originals.update({"_serialize_to_tensors": cls._serialize_to_tensors,
+                                "_restore_from_tensors": cls._restore_from_tensors})
+
+  def serialize(self):
+    if isinstance(self.value, sharded):
+      # Keras would pass the ShardedVariable on as if it were a tensor.
+      return {"VARIABLE_VALUE": tf.convert_to_tensor(self.value)}
+    return _checkpoint_originals["_serialize_to_tensors"](self)
+
+  def restore(self, restored_tensors):
+    if isinstance(self.value, sharded):
+      # Keras's own `assign` checks the shape, unknown here (TF restores
+      # across tasks inside a tf.function); the ShardedVariable slices it.
+      value = tf.ensure_shape(restored_tensors["VARIABLE_VALUE"], self.value.shape)
+      return self.value.assign(tf.cast(value, self.value.dtype))
+    return _checkpoint_originals["_restore_from_tensors"](self, restored_tensors)
+
+  cls._serialize_to_tensors, cls._restore_from_tensors = serialize, restore
+  return True
+
+
+def restore_checkpoints() -> None:
+  if not _checkpoint_originals:
+    return
+  from keras.src.backend.tensorflow import core
+  for name, original in _checkpoint_originals.items():
+    setattr(core.Variable, name, original)
+  _checkpoint_originals.clear()

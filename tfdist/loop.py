@@ -39,8 +39,11 @@ Under ParameterServerStrategy, `fit` takes a `dataset_fn(input_context)` and
 strategy's `ClusterCoordinator`, which re-runs a step whose worker was lost.
 Keras 3 trains there too: its variables' `assign_add` is made the atomic TF op
 (`keras3_workarounds.atomic_assign_add`), else concurrent workers lose updates.
-Keras 3 with sharded variables (`num_ps_shards > 1`) is refused: its variables
-do not support `ShardedVariable` (gradients and checkpoints fail).
+Keras 3 variables sharded over the ps tasks (`num_ps_shards > 1`) train too:
+the gradients and updates go to the shards (`Loop.trainable_variables`, as
+tf_keras lists sharded variables), and checkpoints save each variable whole
+(`keras3_workarounds.sharded_checkpoints`). A `step_fn` of your own must
+differentiate `loop.trainable_variables`, not the model's.
 """
 
 import os
@@ -115,7 +118,8 @@ class Loop:
     metrics: name -> fn(y_true, y_pred) giving one value per example (e.g.
       `keras.metrics.sparse_categorical_accuracy`), reported as means.
     step_fn: your own per-replica `step(batch) -> {name: sum over its examples}`
-      instead of the default step (then `loss` is not used).
+      instead of the default step (then `loss` is not used); it differentiates
+      and updates `loop.trainable_variables`.
     steps_per_loop: steps run inside one `tf.function` call.
     checkpoint_dir: where a `tf.train.CheckpointManager` keeps the model,
       optimizer and step, written by the chief only; `fit` resumes from it.
@@ -144,18 +148,11 @@ class Loop:
     self._pss = isinstance(strategy, tf.distribute.ParameterServerStrategy)
     self._keras3 = keras_support.is_keras3_model(model)
     if self._pss and self._keras3:
-      # A Keras 3 variable's `value` is the TF variable (or ShardedVariable) it wraps.
-      shards = {len(getattr(v.value, "variables", [v.value])) for v in model.trainable_variables}
-      if shards != {1}:
-        raise ValueError(
-            "Keras 3 variables cannot be sharded over parameter servers: gradients and "
-            "checkpoints of a ShardedVariable fail for them. Use one shard (no "
-            "`num_ps_shards`/`min_shard_bytes`), or tf_keras (`from tfdist import keras`). "
-            f"Received: variables split into {sorted(shards)} shards")
       keras3_workarounds.atomic_assign_add()
+      keras3_workarounds.sharded_checkpoints()
     with strategy.scope():
       if optimizer is not None and hasattr(optimizer, "build"):
-        optimizer.build(model.trainable_variables)  # Slots on the right devices.
+        optimizer.build(self.trainable_variables)  # Slots on the right devices.
       self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="loop_step")
       self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="loop_epoch")
     self._step_fn = step_fn or self._default_step
@@ -175,6 +172,21 @@ class Loop:
       if self._manager.latest_checkpoint:
         self._checkpoint.restore(self._manager.latest_checkpoint).expect_partial()
 
+  @property
+  def trainable_variables(self) -> list:
+    """The variables a step differentiates and updates.
+
+    The model's, except that a Keras 3 variable sharded over parameter servers
+    is listed as its shards (tf_keras lists them so itself): TF's gradient tape
+    and Keras 3's optimizer handle a shard, not a Keras variable wrapping a
+    `ShardedVariable`. Optimizer slots are then made per shard, on its ps task.
+    """
+    if not self._keras3:
+      return self.model.trainable_variables
+    sharded = tf.__internal__.distribute.ShardedVariable
+    return [shard for v in self.model.trainable_variables
+            for shard in (v.value.variables if isinstance(v.value, sharded) else [v])]
+
   # --- the steps -------------------------------------------------------------
 
   def _default_step(self, batch):
@@ -189,10 +201,11 @@ class Loop:
         loss = self.optimizer.get_scaled_loss(loss)
       elif hasattr(self.optimizer, "scale_loss"):  # Keras 3; apply_gradients unscales.
         loss = self.optimizer.scale_loss(loss)
-    grads = tape.gradient(loss, model.trainable_variables)
+    variables = self.trainable_variables
+    grads = tape.gradient(loss, variables)
     if hasattr(self.optimizer, "get_unscaled_gradients"):
       grads = self.optimizer.get_unscaled_gradients(grads)
-    self.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    self.optimizer.apply_gradients(zip(grads, variables))
     return self._sums_of(per_example, y, y_pred)
 
   def _eval_step(self, batch):

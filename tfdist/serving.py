@@ -12,7 +12,7 @@ and no tfdist, and whose outputs equal the model's. It is Keras's own export
   temporary copy that is removed at once (TF's rule for multi-worker files).
 - Never half-written. The version appears by a rename, after its last file is
   written, so a server polling `export_dir` never loads a partial one.
-- Sharded variables. A tf_keras model whose variables are split over parameter
+- Sharded variables. A model (either Keras) whose variables are split over parameter
   servers (`num_ps_shards > 1`) cannot be exported as it is (the signature
   captures a resource the SavedModel does not track), so it is rebuilt outside
   the strategy (`clone_model`, or your `model_fn` for a subclassed model), given
@@ -35,6 +35,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 from tfdist import checkpointing
+from tfdist import keras3_workarounds
 from tfdist import keras_support
 
 _PARTIAL = ".partial-"
@@ -61,20 +62,21 @@ def is_sharded(model) -> bool:
 
 def _plain_copy(model, model_fn: Optional[Callable]):
   """`model` rebuilt outside any strategy, holding its values (read from the ps tasks)."""
-  if keras_support.is_keras3_model(model):
-    raise ValueError("Keras 3 variables cannot be sharded over parameter servers (their "
-                     "checkpoints fail), so there is nothing to export from: train with one "
-                     "shard, or with tf_keras. Received: a Keras 3 model with sharded variables")
   if tf.distribute.has_strategy():
     raise ValueError("Export a model with sharded variables outside `strategy.scope()`: its "
                      "plain copy must be built with no strategy. Received: a call inside the "
                      f"scope of {type(tf.distribute.get_strategy()).__name__}")
-  import tf_keras  # Not at the top: importing tfdist must not load Keras.
+  keras3 = keras_support.is_keras3_model(model)
+  if keras3:
+    keras3_workarounds.sharded_checkpoints()  # Keras 3 cannot save a sharded variable itself.
+    import keras as keras_module  # Not at the top: importing tfdist must not load Keras.
+  else:
+    import tf_keras as keras_module
   if model_fn is not None:
     copy = model_fn()
   else:
     try:
-      copy = tf_keras.models.clone_model(model)
+      copy = keras_module.models.clone_model(model)
     except ValueError as e:  # A subclassed model cannot be cloned.
       raise ValueError(
           "This model's variables are sharded over parameter servers, so it is exported from "
