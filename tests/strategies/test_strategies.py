@@ -115,6 +115,12 @@ class TestErrors:
       ({"bytes_per_pack": -1}, r"`bytes_per_pack` must be an integer >= 0.*Received: -1"),
       ({"timeout_seconds": 0}, r"`timeout_seconds` must be > 0.*Received: 0"),
       ({"cluster": "localhost:2222"}, r"`cluster` must be a tfdist.ClusterSpec"),
+      ({"devices_per_worker": 0}, r"`devices_per_worker` must be an integer >= 1, or None "
+       r"for TF's choice. Received: devices_per_worker=0"),
+      # conftest split the CPU into 2.
+      ({"devices_per_worker": 3}, r"`devices_per_worker=3` needs that many logical CPUs on "
+       r"each worker: call tfdist.devices.split_physical_device\(3\) before make_strategy. "
+       r"Received: devices_per_worker=3, logical CPUs=2$"),
   ])
   def test_bad_multi_worker_options(self, options, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -315,6 +321,22 @@ def test_two_worker_evaluate_counts_every_example_once(flavour):
     counted = json.loads(line)
     assert counted["examples"] == 1001
     assert counted["loss"] == pytest.approx(counted["true_loss"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_two_workers_with_two_devices_each_are_four_replicas_equal_to_one_device():
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", "--workers=2", "--", *helpers.python(f"{helpers.SCRIPTS}/devices_per_worker.py")),
+      timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  lines = dict(re.findall(r"\[worker:(\d)\] RESULT (.*)", result.stdout))
+  first, second = json.loads(lines["0"]), json.loads(lines["1"])
+  assert first["replicas"] == 4
+  assert second["devices"] == ["/job:worker/replica:0/task:1/device:CPU:0",
+                               "/job:worker/replica:0/task:1/device:CPU:1"]
+  assert first["weights"] == second["weights"]  # Identical on both workers.
+  assert first["losses"][-1] < 0.5 * first["losses"][0]
+  assert first["single_device_difference"] < 1e-5
 
 
 @pytest.mark.parametrize("flavour", ["tf_keras", "keras3"])

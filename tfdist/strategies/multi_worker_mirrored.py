@@ -5,8 +5,9 @@ environment, else one local worker), after a preflight that every other task
 answers: TF's constructor waits forever for a worker that never started.
 """
 
+import contextlib
 import logging
-from typing import Optional
+from typing import Iterator, Optional
 
 import tensorflow as tf
 
@@ -61,12 +62,59 @@ class MultiWorkerMirroredStrategy(keras_guard.RefusesKeras3, keras_guard.Refuses
     return f"{keras_support.MWMS_FAILURE}; {keras3_workarounds.unsupported_reason()}"
 
 
+def _check_devices_per_worker(devices_per_worker) -> None:
+  if isinstance(devices_per_worker, bool) or not isinstance(devices_per_worker, int) \
+      or devices_per_worker < 1:
+    raise ValueError("`devices_per_worker` must be an integer >= 1, or None for TF's choice. "
+                     f"Received: devices_per_worker={devices_per_worker!r}")
+  if tf.config.list_physical_devices("GPU"):
+    raise ValueError(
+        "`devices_per_worker` stands logical CPUs in for GPUs on a machine without any; "
+        "with GPUs TF makes one replica per visible GPU: choose them with "
+        f"CUDA_VISIBLE_DEVICES. Received: devices_per_worker={devices_per_worker}")
+  # Not list_logical_devices: that would start the runtime before the strategy.
+  split = tf.config.get_logical_device_configuration(tf.config.list_physical_devices("CPU")[0])
+  have = len(split) if split else 1
+  if devices_per_worker > have:
+    raise ValueError(
+        f"`devices_per_worker={devices_per_worker}` needs that many logical CPUs on each "
+        f"worker: call tfdist.devices.split_physical_device({devices_per_worker}) before "
+        f"make_strategy. Received: devices_per_worker={devices_per_worker}, logical CPUs={have}")
+
+
+@contextlib.contextmanager
+def _logical_cpu_replicas(count: int) -> Iterator[None]:
+  """Makes TF's constructor take `count` logical CPUs of each worker as its replicas.
+
+  TF's MultiWorkerMirroredStrategy makes a replica of every GPU (or TPU) of a
+  worker, and of one CPU when there is none, whatever the logical CPUs
+  (`CollectiveAllReduceExtended._initialize_local_devices`). Logical CPUs
+  standing in for GPUs need that one choice changed, only while it is made.
+  """
+  from tensorflow.python.distribute import collective_all_reduce_strategy as collective
+  extended = collective.CollectiveAllReduceExtended
+  original = extended._initialize_local_devices
+
+  def local_devices(self, cluster_resolver, worker_device):
+    devices, device_type = original(self, cluster_resolver, worker_device)
+    if device_type != "CPU":
+      return devices, device_type
+    return tuple(f"{worker_device}/device:CPU:{i}" for i in range(count)), "CPU"
+
+  extended._initialize_local_devices = local_devices
+  try:
+    yield
+  finally:
+    extended._initialize_local_devices = original
+
+
 @registry.register("multi_worker_mirrored", validate_cluster=validate_cluster)
 def _multi_worker_mirrored(cluster: registry.ClusterArg = None,
                            communication: str = "auto",
                            bytes_per_pack: Optional[int] = None,
                            timeout_seconds: Optional[float] = None,
-                           preflight_timeout: Optional[float] = None) -> tf.distribute.Strategy:
+                           preflight_timeout: Optional[float] = None,
+                           devices_per_worker: Optional[int] = None) -> tf.distribute.Strategy:
   """Synchronous all-reduce across workers.
 
   The cluster comes from, in order: `cluster` (a `ClusterSpec` that knows its task,
@@ -77,7 +125,13 @@ def _multi_worker_mirrored(cluster: registry.ClusterArg = None,
   Before TF's constructor (which waits forever for a worker that never
   started), every other task must answer within `preflight_timeout` seconds
   (default 30, or TFDIST_PREFLIGHT_TIMEOUT); see `tfdist.cluster.preflight`.
+  `devices_per_worker=k` on machines without GPUs makes k logical CPUs of each
+  worker its replicas (`split_physical_device(k)` first), standing in for k
+  GPUs per worker: the all-reduce then crosses devices and workers as it would
+  there. None: TF's choice (every GPU, else one CPU).
   """
+  if devices_per_worker is not None:
+    _check_devices_per_worker(devices_per_worker)
   if communication not in COMMUNICATION:
     raise ValueError(
         f"`communication` must be one of {list(COMMUNICATION)}. Received: {communication!r}")
@@ -112,8 +166,10 @@ def _multi_worker_mirrored(cluster: registry.ClusterArg = None,
   if spec is not None:
     preflight_lib.rendezvous(spec, timeout=preflight_timeout)
   try:
-    strategy = MultiWorkerMirroredStrategy(cluster_resolver=resolver,
-                                           communication_options=options)
+    with (_logical_cpu_replicas(devices_per_worker) if devices_per_worker
+          else contextlib.nullcontext()):
+      strategy = MultiWorkerMirroredStrategy(cluster_resolver=resolver,
+                                             communication_options=options)
   except (ValueError, RuntimeError) as e:
     if "program startup" in str(e) or "already been initialized" in str(e):
       raise RuntimeError(
