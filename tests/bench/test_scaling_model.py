@@ -18,6 +18,12 @@ def test_prediction_follows_the_ring_formula():
   assert 1.0 > two.efficiency > four.efficiency
 
 
+def test_latency_is_the_communication_the_bytes_do_not_explain():
+  # 1 MB over 2 workers at 1e8 B/s: 10 ms of bytes.
+  assert scaling_model.latency_seconds(0.013, 1e6, 1e8) == pytest.approx(0.003)
+  assert scaling_model.latency_seconds(0.008, 1e6, 1e8) == 0.0
+
+
 def test_latency_grows_with_the_ring_round_trips():
   one, two, four = scaling_model.predict(0.010, 1e6, 1e8, [1, 2, 4], latency_seconds=0.002)
   assert one.step_seconds == 0.010

@@ -180,7 +180,7 @@ def analyse(pairs: Sequence[Tuple[Dict[str, float], Dict[str, float]]],
   busbw = statistics.median(two["busbw"] for two in twos)
   bytes_seconds = scaling_model.communication_seconds(gradient_bytes, busbw, 2)
   communication = statistics.median(two["synced_tiny"] - two["plain_tiny"] for two in twos)
-  latency = max(0.0, communication - bytes_seconds)
+  latency = scaling_model.latency_seconds(communication, gradient_bytes, busbw)
   predictions = scaling_model.predict(compute, gradient_bytes, busbw, replicas, latency)
   # Here the 2 workers share one machine: the same model, co-located compute.
   here = scaling_model.predict(compute * slowdown, gradient_bytes, busbw, [2], latency)[0]

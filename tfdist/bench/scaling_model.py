@@ -42,6 +42,13 @@ def communication_seconds(gradient_bytes: float, busbw: float, replicas: int) ->
   return gradient_bytes * 2 * (replicas - 1) / replicas / busbw
 
 
+def latency_seconds(communication: float, gradient_bytes: float, busbw: float) -> float:
+  """The α of the α-β model: a measured 2-worker step's communication time
+  (synchronised minus plain step) beyond what moving its gradient bytes at
+  `busbw` takes; 0 when the bytes explain it all."""
+  return max(0.0, communication - communication_seconds(gradient_bytes, busbw, 2))
+
+
 def predict(compute_seconds: float, gradient_bytes: float, busbw: float,
             replicas: Sequence[int], latency_seconds: float = 0.0) -> List[Prediction]:
   """The α-β prediction of step time and efficiency for each replica count.

@@ -199,9 +199,8 @@ def _links(devices: int):
   if _LATENCY_MS.value is not None:
     latency = _LATENCY_MS.value / 1000
   else:
-    communication = two["synced_tiny"] - two["plain_tiny"]
-    latency = max(0.0, communication - scaling_model.communication_seconds(
-        two["gradient_bytes"], two["busbw"], 2))
+    latency = scaling_model.latency_seconds(two["synced_tiny"] - two["plain_tiny"],
+                                            two["gradient_bytes"], two["busbw"])
   return advisor.Links(busbw=busbw, latency=latency,
                        two_workers=None if two is None else two["synced"])
 
