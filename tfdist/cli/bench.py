@@ -221,23 +221,29 @@ def _advise() -> dict:
     worst_way = max(check["errors"], key=lambda way: abs(check["errors"][way]))
     worst = abs(check["errors"][worst_way])
     pick = check["pick"] or "nothing fits"
-    rows.append((entry, pick, check["fastest"], check["pick_share"], worst, worst_way,
-                 out["seconds"]))
+    # The target is the pick's prediction; every way's is shown too.
+    pick_error = abs(check["errors"][check["pick"]]) if check["pick"] in check["errors"] \
+        else None
+    rows.append((entry, pick, check["fastest"], check["pick_share"], pick_error, worst,
+                 worst_way, out["seconds"]))
     case = entry.replace(":", "_").replace(".", "")
     results.update({f"advise_{case}_pick_share_of_fastest": check["pick_share"],
+                    f"advise_{case}_pick_prediction_error": pick_error,
                     f"advise_{case}_worst_prediction_error": worst,
                     f"advise_{case}_advice_seconds": out["seconds"]})
     results.update({f"advise_{case}_prediction_error_{way}": error
                     for way, error in check["errors"].items()})
   print("\nAdvise: 2 workers x 2 logical CPUs on this machine; the pick's measured examples/s "
-        "/ the fastest's (target >= 95%), the worst |advised - measured| / measured of any "
-        "way (target <= 15%), and the advisor's own measuring time")
+        "/ the fastest's (target >= 95%), the pick's |advised - measured| / measured "
+        "examples/s (target <= 15%), the worst of any way it ranked, and the advisor's own "
+        "measuring time")
   print(f"{'case':<14} {'pick':<44} {'fastest measured':<44} {'share':>6} {'error':>6} "
-        f"{'worst way':<28} {'advice s':>9}")
-  for entry, pick, fastest, share, worst, worst_way, seconds in rows:
+        f"{'worst':>6} {'worst way':<28} {'advice s':>9}")
+  for entry, pick, fastest, share, pick_error, worst, worst_way, seconds in rows:
     shown = "-" if share is None else f"{share:.0%}"
-    print(f"{entry:<14} {pick:<44} {fastest:<44} {shown:>6} {worst:>6.0%} {worst_way:<28} "
-          f"{seconds:>9.0f}")
+    error = "-" if pick_error is None else f"{pick_error:.0%}"
+    print(f"{entry:<14} {pick:<44} {fastest:<44} {shown:>6} {error:>6} {worst:>6.0%} "
+          f"{worst_way:<28} {seconds:>9.0f}")
   return results
 
 
