@@ -27,10 +27,22 @@ n = int(sys.argv[1])
 pause = float(sys.argv[2]) if len(sys.argv) > 2 else 0
 task = {"index": strategy.cluster_resolver.task_id}  # From TF_CONFIG, or SLURM's variables.
 elements = service.distribute(tf.data.Dataset.range(n))
+
+
+@tf.function
+def barrier():  # One all-reduce: returns once both trainers reach it.
+  return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce("SUM", 1.0))
+
+
 for epoch in range(2):
   seen = []
+  # Both trainers start the epoch together and read at about the same pace, so
+  # first come, first served gives each a share (else one that starts late
+  # can find the epoch already read).
+  barrier()
   for x in elements:
     seen.append(int(x))
+    time.sleep(0.001)
     if pause and epoch == 1 and len(seen) == 100:
       print("PAUSED", flush=True)
       time.sleep(pause)

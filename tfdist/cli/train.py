@@ -37,7 +37,8 @@ _LR_SCALING = flags.DEFINE_enum("lr_scaling", "none", list(scaling.SCALING_RULES
 _WARMUP_STEPS = flags.DEFINE_integer("warmup_steps", 0, "Linear warm-up steps from the base "
                                      "to the scaled learning rate.", lower_bound=0)
 _DEVICES = flags.DEFINE_integer("devices", 0, "Split the CPU into this many logical "
-                                "devices first (0: leave as is).", lower_bound=0)
+                                "devices first (0: leave as is); under multi_worker_mirrored, "
+                                "each worker's replicas.", lower_bound=0)
 _WORKERS = flags.DEFINE_integer("workers", 2, "Workers of the local cluster started for "
                                 "multi-worker strategies.", lower_bound=1)
 _PS = flags.DEFINE_integer("ps", 1, "Parameter servers of the local cluster for "
@@ -92,7 +93,10 @@ def _strategy_options() -> dict:
   if name == "mirrored":
     return {"cross_device_ops": _CROSS_DEVICE_OPS.value}
   if name == "multi_worker_mirrored":
-    return {"communication": _COMMUNICATION.value}
+    options = {"communication": _COMMUNICATION.value}
+    if _DEVICES.value > 1:  # Logical CPUs standing in for each worker's GPUs.
+      options["devices_per_worker"] = _DEVICES.value
+    return options
   if name == "parameter_server":
     if not _IN_PROCESS.value:
       return {}
