@@ -1,6 +1,7 @@
 """Running subprocesses in tests: always with a timeout, never leaving children behind."""
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -71,6 +72,15 @@ def python(*args: str) -> list:
 
 def tfdist_cli(*args: str) -> list:
   return [sys.executable, "-m", "tfdist", *args]
+
+
+def launched_results(script: str, *args: str, workers: int = 2, timeout: float = 300) -> list:
+  """Runs `script` once per worker under `tfdist launch`; its RESULT lines as (worker, JSON)."""
+  result = run(tfdist_cli("launch", f"--workers={workers}", "--",
+                          *python(os.path.join(SCRIPTS, script), *args)), timeout=timeout)
+  assert result.returncode == 0, result.stdout[-3000:]
+  return [(int(worker), json.loads(line))
+          for worker, line in re.findall(r"\[worker:(\d+)\] RESULT (.*)", result.stdout)]
 
 
 def _parent(pid: int) -> int:

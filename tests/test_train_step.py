@@ -1,8 +1,5 @@
 """tfdist.train_step: a multi-worker fit step with one all-reduce, same logs and weights."""
 
-import json
-import re
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -14,17 +11,11 @@ from tfdist import gradient_compression, keras, train_step
 
 @pytest.mark.slow
 def test_one_all_reduce_per_step_with_the_same_logs_and_weights_as_keras():
-  result = helpers.run(helpers.tfdist_cli(
-      "launch", "--workers=2", "--", *helpers.python(f"{helpers.SCRIPTS}/train_step_compare.py")),
-      timeout=300)
-  assert result.returncode == 0, result.stdout[-3000:]
-  runs = {}
-  for worker, line in re.findall(r"\[worker:(\d)\] RESULT (.*)", result.stdout):
-    got = json.loads(line)
-    runs[worker, got["own_metric"], got["variant"]] = got
+  runs = {(worker, got["own_metric"], got["variant"]): got
+          for worker, got in helpers.launched_results("train_step_compare.py")}
   assert len(runs) == 8
   for own_metric in (False, True):
-    ours, theirs = runs["0", own_metric, "tfdist"], runs["0", own_metric, "keras"]
+    ours, theirs = runs[0, own_metric, "tfdist"], runs[0, own_metric, "keras"]
     assert ours["installed"] == train_step.INSTALLED
     # Keras: the gradients, then a total and a count per Mean (loss, accuracy).
     # Ours: one; a metric with its own result keeps its two.
@@ -35,9 +26,9 @@ def test_one_all_reduce_per_step_with_the_same_logs_and_weights_as_keras():
       np.testing.assert_allclose(ours["history"][name], theirs["history"][name], rtol=1e-5)
     np.testing.assert_allclose(ours["norms"], theirs["norms"], rtol=1e-5)
     for variant in ("keras", "tfdist"):  # Identical on both workers.
-      assert runs["0", own_metric, variant]["weights"] == runs["1", own_metric, variant]["weights"]
-      assert runs["0", own_metric, variant]["history"] == runs["1", own_metric, variant]["history"]
-  assert runs["0", False, "tfdist"]["history"]["loss"][1] < runs["0", False, "tfdist"]["history"]["loss"][0]
+      assert runs[0, own_metric, variant]["weights"] == runs[1, own_metric, variant]["weights"]
+      assert runs[0, own_metric, variant]["history"] == runs[1, own_metric, variant]["history"]
+  assert runs[0, False, "tfdist"]["history"]["loss"][1] < runs[0, False, "tfdist"]["history"]["loss"][0]
 
 
 def _compiled(optimizer=None, model_class=keras.Sequential):

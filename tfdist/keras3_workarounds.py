@@ -227,13 +227,18 @@ def atomic_assign_add() -> bool:
   return True
 
 
-def restore_assign_add() -> None:
-  if not _assign_originals:
+def _restore_variable_methods(originals: dict) -> None:
+  """Puts Keras's own `Variable` methods back from `originals`, and empties it."""
+  if not originals:
     return
   from keras.src.backend.tensorflow import core
-  for name, original in _assign_originals.items():
+  for name, original in originals.items():
     setattr(core.Variable, name, original)
-  _assign_originals.clear()
+  originals.clear()
+
+
+def restore_assign_add() -> None:
+  _restore_variable_methods(_assign_originals)
 
 
 def sharded_checkpoints() -> bool:
@@ -273,9 +278,4 @@ def sharded_checkpoints() -> bool:
 
 
 def restore_checkpoints() -> None:
-  if not _checkpoint_originals:
-    return
-  from keras.src.backend.tensorflow import core
-  for name, original in _checkpoint_originals.items():
-    setattr(core.Variable, name, original)
-  _checkpoint_originals.clear()
+  _restore_variable_methods(_checkpoint_originals)

@@ -325,12 +325,8 @@ def test_two_worker_evaluate_counts_every_example_once(flavour):
 
 @pytest.mark.slow
 def test_two_workers_with_two_devices_each_are_four_replicas_equal_to_one_device():
-  result = helpers.run(helpers.tfdist_cli(
-      "launch", "--workers=2", "--", *helpers.python(f"{helpers.SCRIPTS}/devices_per_worker.py")),
-      timeout=300)
-  assert result.returncode == 0, result.stdout[-3000:]
-  lines = dict(re.findall(r"\[worker:(\d)\] RESULT (.*)", result.stdout))
-  first, second = json.loads(lines["0"]), json.loads(lines["1"])
+  results = dict(helpers.launched_results("devices_per_worker.py"))
+  first, second = results[0], results[1]
   assert first["replicas"] == 4
   assert second["devices"] == ["/job:worker/replica:0/task:1/device:CPU:0",
                                "/job:worker/replica:0/task:1/device:CPU:1"]
