@@ -77,10 +77,11 @@ checkpoint_dir = tempfile.mkdtemp(prefix="loop-train-") if sharded else None
 
 def raw_checkpoint_error():
   """What Keras 3 alone says when a sharded model is checkpointed (None: it saves)."""
-  try:
-    tf.train.Checkpoint(model=model).write(os.path.join(tempfile.mkdtemp(), "raw"))
-  except AttributeError as e:
-    return str(e)
+  with tempfile.TemporaryDirectory() as scratch:
+    try:
+      tf.train.Checkpoint(model=model).write(os.path.join(scratch, "raw"))
+    except AttributeError as e:
+      return str(e)
   return None
 
 
