@@ -74,9 +74,10 @@ def tfdist_cli(*args: str) -> list:
   return [sys.executable, "-m", "tfdist", *args]
 
 
-def launched_results(script: str, *args: str, workers: int = 2, timeout: float = 300) -> list:
+def launched_results(script: str, *args: str, workers: int = 2, launch_flags: Sequence[str] = (),
+                     timeout: float = 300) -> list:
   """Runs `script` once per worker under `tfdist launch`; its RESULT lines as (worker, JSON)."""
-  result = run(tfdist_cli("launch", f"--workers={workers}", "--",
+  result = run(tfdist_cli("launch", f"--workers={workers}", *launch_flags, "--",
                           *python(os.path.join(SCRIPTS, script), *args)), timeout=timeout)
   assert result.returncode == 0, result.stdout[-3000:]
   return [(int(worker), json.loads(line))

@@ -311,14 +311,10 @@ def test_a_peer_lost_mid_training_is_an_error_in_bounded_time(tmp_path):
 @pytest.mark.parametrize("flavour", ["tf_keras", "keras3"])
 def test_two_worker_evaluate_counts_every_example_once(flavour):
   # 1001 examples, global batch 64: each worker's last batch is partial.
-  result = helpers.run(helpers.tfdist_cli(
-      "launch", "--workers=2", f"--keras={flavour}", "--",
-      *helpers.python(f"{helpers.SCRIPTS}/evaluate_count.py", flavour)), timeout=300)
-  assert result.returncode == 0, result.stdout[-3000:]
-  lines = re.findall(r"\[worker:\d\] RESULT (.*)", result.stdout)
-  assert len(lines) == 2
-  for line in lines:
-    counted = json.loads(line)
+  results = helpers.launched_results("evaluate_count.py", flavour,
+                                     launch_flags=[f"--keras={flavour}"])
+  assert sorted(worker for worker, _ in results) == [0, 1]
+  for _, counted in results:
     assert counted["examples"] == 1001
     assert counted["loss"] == pytest.approx(counted["true_loss"], rel=1e-5)
 
