@@ -90,7 +90,7 @@ def test_manifests_carry_no_environment():
     ({"name": "Digits_1"}, r"`name` must be a DNS label.*Received: 'Digits_1'"),
     ({"image": ""}, r"`image` is empty"),
     ({"command": "python train.py"}, r"`command` must be a non-empty list"),
-    ({"workers": 0}, r"`workers` must be an integer >= 1. Received: 0"),
+    ({"workers": 0}, r"`workers` must be an integer >= 1. Received: workers=0"),
 ])
 def test_errors(kwargs, match):
   args = {"name": "digits", "image": "img:1", "command": COMMAND, "workers": 2, **kwargs}

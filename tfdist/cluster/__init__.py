@@ -16,7 +16,7 @@ Example:
 
 from tfdist.cluster.spec import (CHIEF, CLUSTER_TASK_TYPES, EVALUATOR, LOOPBACK_HOSTS, PS,
                                  TASK_TYPES, TF_CONFIG_KEYS, WORKER, ClusterSpec, TaskSpec,
-                                 count_workers, pick_unused_ports, split_address)
+                                 check_task_count, count_workers, pick_unused_ports, split_address)
 # Registered in this order: TF_CONFIG wins, then a Kubernetes pod, then SLURM.
 from tfdist.cluster import tf_config  # pylint: disable=g-bad-import-order
 from tfdist.cluster import kubernetes
@@ -25,5 +25,5 @@ from tfdist.cluster.environment import ClusterEnvironment, available_environment
 
 __all__ = ["CHIEF", "CLUSTER_TASK_TYPES", "ClusterEnvironment", "ClusterSpec", "EVALUATOR",
            "LOOPBACK_HOSTS", "PS", "TASK_TYPES", "TF_CONFIG_KEYS", "TaskSpec", "WORKER",
-           "available_environments", "count_workers", "detect", "pick_unused_ports",
+           "available_environments", "check_task_count", "count_workers", "detect", "pick_unused_ports",
            "split_address"]

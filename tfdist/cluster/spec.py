@@ -182,10 +182,8 @@ class ClusterSpec:
     Raises:
       ValueError: a count is out of range or `host` is not a loopback name.
     """
-    for name, value, low in (("workers", workers, 1), ("ps", ps, 0)):
-      if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(
-            f"`{name}` must be an integer >= {low}. Received: {name}={value!r}")
+    check_task_count("workers", workers, 1)
+    check_task_count("ps", ps, 0)
     if host not in LOOPBACK_HOSTS:
       raise ValueError(
           "`host` of a local cluster must be a loopback name, so that no task "
@@ -461,6 +459,12 @@ def _validate_task(task: TaskSpec, jobs: Mapping[str, Sequence[str]]) -> TaskSpe
         f"`task.index` is out of range for job {task.type!r}, which has {size} "
         f"task(s): use 0 to {size - 1}. Received: {task.index!r}")
   return task
+
+
+def check_task_count(field: str, value: Any, low: int) -> None:
+  """Raises ValueError unless `value` is an integer (not a bool) >= `low`: a count of tasks."""
+  if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    raise ValueError(f"`{field}` must be an integer >= {low}. Received: {field}={value!r}")
 
 
 def count_workers(jobs: Mapping[str, Sequence[str]]) -> int:

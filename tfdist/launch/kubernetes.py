@@ -71,9 +71,8 @@ _TFJOB_TYPES = {cluster_lib.CHIEF: "Chief", cluster_lib.WORKER: "Worker",
 
 
 def _counts(workers: int, ps: int, chief: bool) -> Dict[str, int]:
-  for field, value, low in (("workers", workers, 1), ("ps", ps, 0)):
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-      raise ValueError(f"`{field}` must be an integer >= {low}. Received: {value!r}")
+  cluster_lib.check_task_count("workers", workers, 1)
+  cluster_lib.check_task_count("ps", ps, 0)
   counts = {cluster_lib.CHIEF: int(bool(chief)), cluster_lib.WORKER: workers,
             cluster_lib.PS: ps}
   return {job: n for job, n in counts.items() if n}

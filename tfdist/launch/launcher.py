@@ -16,6 +16,8 @@ import abc
 import dataclasses
 from typing import Any, Callable, Dict, List, Sequence, Tuple, Type
 
+from tfdist.cluster import spec as cluster_lib
+
 
 @dataclasses.dataclass(frozen=True)
 class Job:
@@ -36,8 +38,7 @@ class Job:
   def __post_init__(self):
     for field, value, low in (("workers", self.workers, 1), ("ps", self.ps, 0),
                               ("data_workers", self.data_workers, 0)):
-      if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"`{field}` must be an integer >= {low}. Received: {field}={value!r}")
+      cluster_lib.check_task_count(field, value, low)
 
   @property
   def num_tasks(self) -> int:
