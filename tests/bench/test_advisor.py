@@ -147,3 +147,28 @@ def test_check_holds_the_pick_and_the_predictions_to_the_measurement():
   assert not failed.passed and failed.fastest == "one_device" and "FAIL" in str(failed)
   # A prediction 20% off fails too, however good the pick.
   assert not advisor.check(advice, {"mirrored": 7000.0, "one_device": 5000.0}).passed
+
+
+def test_check_of_a_pick_predicted_for_another_cluster_says_it_was_not_checked():
+  # 16 workers on a network: the pick is a prediction nothing here can run.
+  m = measurements({"one_device": 0.040}, links=advisor.Links(busbw=10e9, latency=0.0005))
+  advice = advisor.decide(m, advisor.Cluster(workers=16, colocated=False))
+  assert advice.pick.name == "multi_worker_mirrored"
+  check = advisor.check(advice, {"one_device": 1500.0})
+  assert check.pick_share is None and check.fastest == "one_device"
+  assert not check.passed and list(check.errors) == ["one_device"]
+  assert str(check).endswith("pick multi_worker_mirrored: not checked (predicted for a cluster "
+                             "this machine does not run); worst prediction error 7% (targets: "
+                             "pick within 5%, predictions within 15%): NOT CHECKED")
+  # A local way measured 20% off is still a failure.
+  assert str(advisor.check(advice, {"one_device": 1333.0})).endswith("FAIL")
+
+
+def test_check_with_no_way_that_fits_names_no_fastest():
+  tiny = 1024  # Bytes per device: nothing fits, not even split over the devices.
+  m = measurements({"one_device": 0.010, "mirrored": 0.015})
+  advice = advisor.decide(m, advisor.Cluster(devices_per_worker=2, memory_per_device=tiny))
+  assert advice.pick is None
+  check = advisor.check(advice, {"one_device": 6400.0, "mirrored": 8500.0})
+  assert check.fastest is None and check.pick_share is None and not check.passed
+  assert "nothing fits" in str(check)

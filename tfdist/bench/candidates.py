@@ -12,11 +12,16 @@ The ways, each at a per-replica batch:
   - "model_parallel": a Sequential's layers split over the devices
     (`tfdist.placement.place_layers`), one replica, `micro_batches` parts.
 
+With `longer`, each way is also timed in fits that many times as long, of the
+same model in the same rounds: `tfdist advise --check` holds the advice's
+short fits to these, so that what it measures is the advice's own error, not
+the level this process happens to run on.
+
 Example:
 
 >>> time_ways(model_fn, {"one_device": ("one_device", 64), "mirrored": ("mirrored", 64)},
 ...           steps=20, repeats=3)
-{'one_device': 0.0031, 'mirrored': 0.0042}
+{'step': {'one_device': 0.0031, 'mirrored': 0.0042}}
 """
 
 import math
@@ -45,14 +50,15 @@ def compiled(model_fn: Callable):
 
 
 def step_timer(model_fn: Callable, option: str, *, batch_size: int, steps: int,
-               micro_batches: int = 1) -> Callable[[], float]:
-  """A function returning the seconds of one steady training step of `option`, measured anew.
+               micro_batches: int = 1, longer: int = 0) -> Dict[str, Callable[[], float]]:
+  """Functions returning the seconds of one steady training step of `option`, measured anew.
 
-  Each call times one fit of n steps: `steps`, or more if a fit would take
+  "step" times one fit of n steps: `steps`, or more if a fit would take
   under MIN_FIT_SECONDS, so that each fit's first steps (a new iterator
   filling its prefetch buffer) weigh little, as in a long training. (The
   difference of a 2n- and an n-step fit would remove them, but triples the
-  noise.) Tracing happens here, untimed.
+  noise.) With `longer`, "check" times fits of `longer` x n steps of the same
+  model. Tracing happens here, untimed.
 
   Raises:
     ValueError: an unknown option, or model_parallel on fewer than 2 devices.
@@ -77,18 +83,31 @@ def step_timer(model_fn: Callable, option: str, *, batch_size: int, steps: int,
         harness.random_like(model, batch_size * strategy.num_replicas_in_sync, rng))
   calibrate = harness.epoch_timer(model, dataset, steps)  # Warmed up: tracing is untimed.
   steps = max(steps, math.ceil(MIN_FIT_SECONDS / max(calibrate()["wall"], 1e-6)))
-  timer = harness.epoch_timer(model, dataset, steps, warmup=False)
+  fits = {"step": steps, **({"check": longer * steps} if longer else {})}
+  return {kind: _wall(harness.epoch_timer(model, dataset, n, warmup=False))
+          for kind, n in fits.items()}
+
+
+def _wall(timer: Callable[[], Dict[str, float]]) -> Callable[[], float]:
   return lambda: timer()["wall"]
 
 
 def time_ways(model_fn: Callable, ways: Dict[str, Tuple[str, int]], *, steps: int,
-              repeats: int, micro_batches: int = 1) -> Dict[str, float]:
+              repeats: int, micro_batches: int = 1,
+              longer: int = 0) -> Dict[str, Dict[str, float]]:
   """Seconds per steady step of each way {name: (option, per-replica batch)}, interleaved.
 
-  The fastest of `repeats` rounds: other work on a shared machine only ever
-  adds time, so the minimum is the steadiest estimate (as timeit reports).
+  {"step": {name: seconds}}, and with `longer` also "check" (see
+  `step_timer`), all in the same rounds. The fastest of `repeats` rounds:
+  other work on a shared machine only ever adds time, so the minimum is the
+  steadiest estimate (as timeit reports).
   """
-  timers = {name: step_timer(model_fn, option, batch_size=batch, steps=steps,
-                             micro_batches=micro_batches)
-            for name, (option, batch) in ways.items()}
-  return {name: min(seconds) for name, seconds in harness.interleave(timers, repeats).items()}
+  timers = {}
+  for name, (option, batch) in ways.items():
+    for kind, timer in step_timer(model_fn, option, batch_size=batch, steps=steps,
+                                  micro_batches=micro_batches, longer=longer).items():
+      timers[kind, name] = timer
+  result: Dict[str, Dict[str, float]] = {}
+  for (kind, name), seconds in harness.interleave(timers, repeats).items():
+    result.setdefault(kind, {})[name] = min(seconds)
+  return result

@@ -16,6 +16,7 @@ step measured here.
 """
 
 import dataclasses
+import math
 import os
 import statistics
 from typing import Callable, Dict, List, Sequence, Tuple
@@ -40,10 +41,17 @@ def pin_to_core(core: int) -> None:
 
 def measure_worker(strategy, model_fn: Callable, *, batch_size: int, steps: int,
                    repeats: int, compress_gradients: bool, seed: int,
-                   raw: bool = True) -> Dict[str, float]:
+                   raw: bool = True, longer: int = 0,
+                   min_fit_seconds: float = 0.0) -> Dict[str, float]:
   """Seconds per step of each timer (medians of `repeats`), gradient bytes and busbw.
 
   With `raw`, a 2-worker run also times Keras's own step ("raw"), beside tfdist's.
+  With `min_fit_seconds`, fits take more than `steps` steps where the synced
+  step would finish sooner: a fit's first steps cost more (a new iterator on
+  every worker), and weigh little only in a long fit. The workers agree on the
+  count ("steps" in the result). With `longer`, "synced_check" times fits
+  `longer` times as long as "synced"'s, in the same rounds (what
+  `tfdist advise --check` holds the advice to).
 
   Every task of the cluster must call this at once, with the same arguments.
   """
@@ -76,25 +84,11 @@ def measure_worker(strategy, model_fn: Callable, *, batch_size: int, steps: int,
     return strategy.distribute_datasets_from_function(
         lambda context: harness.random_like(model, batch, rng))
 
-  def fit_timer(model, batch: int, distributed: bool):
+  def fit_timer(model, batch: int, distributed: bool, fit_steps: int):
     """A function timing one fit of the model on random data of its shapes: seconds/step."""
     dataset = dataset_for(model, batch, distributed)
-    timer = harness.epoch_timer(model, dataset, steps, warmup=False)
+    timer = harness.epoch_timer(model, dataset, fit_steps, warmup=False)
     return lambda: timer()["wall"]
-
-  with strategy.scope():
-    model = compiled(distributed=True)
-    # Keras's own step, as raw tf_keras runs it: the column tfdist is judged against.
-    keras_step = compiled(distributed=True, keras_own_step=True)
-  # The same model with no strategy: the same compute, nothing to synchronise.
-  plain = compiled(distributed=False)
-  timers = {"synced": fit_timer(model, batch_size, distributed=True),
-            "plain": fit_timer(plain, batch_size, distributed=False)}
-  if num_workers > 1:
-    if raw:
-      timers["raw"] = fit_timer(keras_step, batch_size, distributed=True)
-    timers["synced_tiny"] = fit_timer(model, 1, distributed=True)
-    timers["plain_tiny"] = fit_timer(plain, 1, distributed=False)
 
   @tf.function
   def barrier():
@@ -102,11 +96,39 @@ def measure_worker(strategy, model_fn: Callable, *, batch_size: int, steps: int,
     one = lambda: tf.distribute.get_replica_context().all_reduce("sum", tf.identity(1.0))
     return strategy.run(one)
 
+  @tf.function
+  def total_over_replicas(value):
+    return strategy.reduce("SUM", strategy.run(tf.identity, args=(value,)), axis=None)
+
   def synchronised(timer):
     def run():
       barrier()
       return timer()
     return run
+
+  with strategy.scope():
+    model = compiled(distributed=True)
+    # Keras's own step, as raw tf_keras runs it: the column tfdist is judged against.
+    keras_step = compiled(distributed=True, keras_own_step=True)
+  # The same model with no strategy: the same compute, nothing to synchronise.
+  plain = compiled(distributed=False)
+  if min_fit_seconds:
+    calibrate = synchronised(fit_timer(model, batch_size, distributed=True, fit_steps=steps))
+    calibrate()  # Traces.
+    needed = float(math.ceil(min_fit_seconds / max(calibrate(), 1e-6)))
+    # Whole numbers sum exactly: every worker computes the same mean.
+    mean = float(total_over_replicas(tf.constant(needed))) / strategy.num_replicas_in_sync
+    steps = max(steps, math.ceil(mean))
+  timers = {"synced": fit_timer(model, batch_size, distributed=True, fit_steps=steps),
+            "plain": fit_timer(plain, batch_size, distributed=False, fit_steps=steps)}
+  if longer:
+    timers["synced_check"] = fit_timer(model, batch_size, distributed=True,
+                                       fit_steps=longer * steps)
+  if num_workers > 1:
+    if raw:
+      timers["raw"] = fit_timer(keras_step, batch_size, distributed=True, fit_steps=steps)
+    timers["synced_tiny"] = fit_timer(model, 1, distributed=True, fit_steps=steps)
+    timers["plain_tiny"] = fit_timer(plain, 1, distributed=False, fit_steps=steps)
 
   # Not reversed on odd rounds: every worker must run the same timer at once,
   # and each round's order is the same on all of them either way.
@@ -115,6 +137,7 @@ def measure_worker(strategy, model_fn: Callable, *, batch_size: int, steps: int,
     for name, timer in timers.items():
       seconds[name].append(synchronised(timer)())
   result = {name: statistics.median(times[1:]) for name, times in seconds.items()}
+  result["steps"] = steps
   # What a step communicates, tfdist's defaults against raw tf_keras: traced,
   # not run (every worker traces the same, as collectives' keys need).
   for name, counted in (("tfdist", model), ("raw", keras_step)):

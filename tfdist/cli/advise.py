@@ -29,6 +29,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Optional
 
 from absl import flags
 
@@ -66,14 +67,13 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed fits per way, interleaved (
                                 "counts).", lower_bound=1)
 _TIMEOUT = flags.DEFINE_float("timeout", 300, "Seconds allowed per measuring process.",
                               lower_bound=1)
-_CHECK = flags.DEFINE_bool("check", False, "Then run every way considered again, longer "
-                           "(--check_steps x --check_repeats, in fresh processes), and "
-                           "show whether the pick is the fastest (within 5%) and each "
-                           "examples/s within 15% of the advice's. A benchmark: minutes.")
-_CHECK_STEPS = flags.DEFINE_integer("check_steps", 50, "--check: steps per timed fit.",
-                                    lower_bound=5)
-_CHECK_REPEATS = flags.DEFINE_integer("check_repeats", 3, "--check: timed fits per way.",
-                                      lower_bound=1)
+_CHECK = flags.DEFINE_bool("check", False, "Also time every way considered in fits "
+                           "--check_longer times as long, in the same processes and rounds "
+                           "as the advice's, and show whether the pick is the fastest "
+                           "(within 5%) and each examples/s within 15% of the advice's. "
+                           "A benchmark: minutes.")
+_CHECK_LONGER = flags.DEFINE_integer("check_longer", 4, "--check: how many times longer the "
+                                     "check's fits are than the advice's.", lower_bound=1)
 _OUTPUT = flags.DEFINE_string("output", None, "Write the advice and measurements as JSON here.")
 _MEASURE = flags.DEFINE_bool("measure", False, "Internal: time the local ways in this process.")
 _DEVICES = flags.DEFINE_integer("devices", 1, "Internal: logical devices of this process.",
@@ -107,12 +107,14 @@ def main(argv):
   local = _measure_local(devices, micro_batches)
   if local is None:
     return 1
-  steps, footprint = local["step"], memory.Footprint(**local["footprint"])
-  links = None
+  steps, footprint = local["seconds"]["step"], memory.Footprint(**local["footprint"])
+  links, two = None, None
   if cluster.workers > 1:
-    links = _links(devices)
-    if links is None:
-      return 1
+    if _BUSBW_GBPS.value is None or _LATENCY_MS.value is None or _COLOCATED.value:
+      two = _measure_two_workers(devices)
+      if two is None:
+        return 1
+    links = _links(two)
   input_share = _input_share()
   measurements = advisor.Measurements(
       batch_size=_BATCH_SIZE.value, footprint=footprint, step=steps, links=links,
@@ -123,7 +125,7 @@ def main(argv):
   out = {"advice": advice.as_dict(), "cluster": dataclasses.asdict(cluster),
          "measurements": dataclasses.asdict(measurements), "seconds": seconds}
   if _CHECK.value:
-    check = _check(advice, devices, micro_batches)
+    check = _check(advice, cluster, local["seconds"]["check"], two)
     if check is None:
       return 1
     out["check"] = dataclasses.asdict(check)
@@ -134,24 +136,25 @@ def main(argv):
   return 0
 
 
-def _check(advice, devices: int, micro_batches: int):
-  """Every way of the advice again, longer: the benchmark."""
+def _check(advice, cluster, local: dict, two: Optional[dict]):
+  """The advice against the longer fits timed beside its own (see --check).
+
+  Only what runs here: the workers' way when the cluster is 2 workers on this
+  machine (a prediction for other clusters has nothing here to hold it to).
+  """
   from tfdist.bench import advisor
-  print(f"\nchecking: every way again, {_CHECK_STEPS.value} steps x {_CHECK_REPEATS.value}...",
-        flush=True)
-  longer = [f"--steps={_CHECK_STEPS.value}", f"--repeats={_CHECK_REPEATS.value}"]
-  local = _measure_local(devices, micro_batches, longer)
-  if local is None:
-    return None
   measured = {}
   for option in advice.options:
     if option.name == "multi_worker_mirrored":
-      result = _measure_two_workers(devices, longer)
-      if result is None:
-        return None
-      step = result["synced"]
+      if cluster.workers != 2 or not cluster.colocated:
+        continue
+      if two is None:  # The links were given: nothing was measured on 2 workers yet.
+        two = _measure_two_workers(cluster.devices_per_worker)
+        if two is None:
+          return None
+      step = two["synced_check"]
     else:
-      step = local["step"][_way(option.name)]
+      step = local[_way(option.name)]
     measured[option.name] = option.global_batch / step
   return advisor.check(advice, measured)
 
@@ -167,31 +170,24 @@ def _local_devices() -> int:
   return len(tf.config.list_physical_devices("GPU")) or (os.cpu_count() or 1)
 
 
-def _measure_local(devices: int, micro_batches: int, extra=()):
+def _measure_local(devices: int, micro_batches: int):
   """Every way on this machine's devices, in one fresh process (see `_measure_here`)."""
   print(f"  timing the ways on {devices} device(s), side by side...", flush=True)
   return self_launch.run_process_for_result(
       "advise", sys.modules[__name__], timeout=_TIMEOUT.value,
-      extra_flags=["--measure", f"--devices={devices}", f"--micro_batches={micro_batches}",
-                   *extra])
+      extra_flags=["--measure", f"--devices={devices}", f"--micro_batches={micro_batches}"])
 
 
-def _measure_two_workers(devices: int, extra=()):
+def _measure_two_workers(devices: int):
   print("  timing 2 workers on this machine...", flush=True)
   return self_launch.run_for_result("advise", sys.modules[__name__], ClusterSpec.local(2),
-                                    timeout=_TIMEOUT.value,
-                                    extra_flags=[f"--devices={devices}", *extra])
+                                    timeout=_TIMEOUT.value, extra_flags=[f"--devices={devices}"])
 
 
-def _links(devices: int):
+def _links(two: Optional[dict]):
+  """The links of the cluster: the network's given, else measured on `two` local workers."""
   from tfdist.bench import advisor
   from tfdist.bench import scaling_model
-  given = _BUSBW_GBPS.value is not None and _LATENCY_MS.value is not None
-  two = None
-  if not given or _COLOCATED.value:
-    two = _measure_two_workers(devices)
-    if two is None:
-      return None
   if _BUSBW_GBPS.value is not None:
     busbw = _BUSBW_GBPS.value * 1e9
   else:
@@ -251,25 +247,29 @@ def _measure_here() -> int:
     limit = _MEMORY_PER_DEVICE.value
     if limit is not None and footprint.total > limit * 2**30:
       ways["model_parallel"] = ("model_parallel", batch)
-  steps = candidates.time_ways(_model_fn(), ways, steps=_STEPS.value, repeats=_REPEATS.value,
-                               micro_batches=_MICRO_BATCHES.value or 1)
+  seconds = candidates.time_ways(_model_fn(), ways, steps=_STEPS.value, repeats=_REPEATS.value,
+                                 micro_batches=_MICRO_BATCHES.value or 1,
+                                 longer=_CHECK_LONGER.value if _CHECK.value else 0)
   self_launch.write_result(_WORKER_RESULT.value, {
-      "step": steps, "footprint": footprint.as_dict(), "peak": memory.peak_bytes()})
+      "seconds": seconds, "footprint": footprint.as_dict(), "peak": memory.peak_bytes()})
   return 0
 
 
 def _worker() -> int:
   import tfdist
+  from tfdist.bench import candidates
   from tfdist.bench import scale
   _split_devices()
   spec = ClusterSpec.from_env()
   strategy = tfdist.make_strategy("multi_worker_mirrored", communication="ring")
   # Unpinned, as `tfdist train` runs workers: each shares this machine's cores.
-  # Not less than 50 steps: each fit's first steps cost more, and a cluster's
-  # measurement, unlike `candidates`, times whole fits.
+  # Not less than 50 steps, nor fits shorter than the local ways' (a measured
+  # 4.6 ms against 3.7 ms for the default CNN's 50-step fits): a distributed
+  # fit's first steps cost more, and a cluster's measurement times whole fits.
   result = scale.measure_worker(strategy, _model_fn(), batch_size=_BATCH_SIZE.value,
                                 steps=max(50, _STEPS.value), repeats=_REPEATS.value,
-                                compress_gradients=False,
-                                seed=spec.task.index, raw=False)
+                                compress_gradients=False, seed=spec.task.index, raw=False,
+                                longer=_CHECK_LONGER.value if _CHECK.value else 0,
+                                min_fit_seconds=candidates.MIN_FIT_SECONDS)
   self_launch.write_result(_WORKER_RESULT.value, result)
   return 0

@@ -15,8 +15,9 @@ Suites (--suites):
                MLP (--scale_models): examples/s on 1 and 2 workers pinned to a
                core each, measured and predicted efficiency;
   advise       `tfdist advise --workers 2 --check` per --advise_cases: the
-               advisor's pick against every way it considered, each run again
-               for longer (pick within 5% of the fastest, examples/s within 15%).
+               advisor's pick against every way it considered, each timed again
+               in 4x longer fits beside the advice's own (pick within 5% of the
+               fastest, examples/s within 15%).
 
 Prints a table per suite and, with --output, writes JSON with one key per
 ratio. Medians over --repeats interleaved pairs. Never fails on speed.
