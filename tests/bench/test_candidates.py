@@ -1,25 +1,12 @@
 """tfdist.bench.candidates: the ways `tfdist advise` times, on this process's 2 logical CPUs."""
 
 import pytest
-import tf_keras
 
 from tfdist.bench import candidates
 
 
-def _counting_model_fn():
-  """A tiny model_fn that keeps every model it builds, to read their optimizers' step counts."""
-  made = []
-
-  def model_fn():
-    model = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(2)])
-    made.append(model)
-    return model
-
-  return model_fn, made
-
-
-def test_the_check_times_fits_longer_times_as_long_of_the_same_model():
-  model_fn, made = _counting_model_fn()
+def test_the_check_times_fits_longer_times_as_long_of_the_same_model(counting_model_fn):
+  model_fn, made = counting_model_fn
   timers = candidates.step_timer(model_fn, "mirrored", batch_size=8, steps=5, longer=3)
   assert sorted(timers) == ["check", "step"]
   model = made[-1]
@@ -32,8 +19,8 @@ def test_the_check_times_fits_longer_times_as_long_of_the_same_model():
   assert steps[0] >= 5 and steps[1] == 3 * steps[0]
 
 
-def test_time_ways_reports_the_check_beside_the_advice_s_steps():
-  model_fn, _ = _counting_model_fn()
+def test_time_ways_reports_the_check_beside_the_advice_s_steps(counting_model_fn):
+  model_fn, _ = counting_model_fn
   ways = {"one_device": ("one_device", 8), "mirrored": ("mirrored", 8)}
   seconds = candidates.time_ways(model_fn, ways, steps=5, repeats=1, longer=2)
   assert sorted(seconds) == ["check", "step"]
@@ -43,7 +30,7 @@ def test_time_ways_reports_the_check_beside_the_advice_s_steps():
                                    repeats=1)) == ["step"]
 
 
-def test_an_unknown_way_is_refused_with_the_ones_it_takes():
+def test_an_unknown_way_is_refused_with_the_ones_it_takes(counting_model_fn):
   with pytest.raises(ValueError, match=r"must be one of .*'model_parallel'.*"
                                        r"Received: 'pipeline'"):
-    candidates.step_timer(_counting_model_fn()[0], "pipeline", batch_size=8, steps=5)
+    candidates.step_timer(counting_model_fn[0], "pipeline", batch_size=8, steps=5)

@@ -1,39 +1,27 @@
 """tfdist.bench.scale.measure_worker in this process (the 2-worker runs: tests/bench/test_scaling_model.py)."""
 
 import tensorflow as tf
-import tf_keras
 
 from tfdist.bench import scale
 
 
-def _counting_model_fn():
-  """A tiny model_fn that keeps every model it builds, to read their optimizers' step counts."""
-  made = []
-
-  def model_fn():
-    model = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(2)])
-    made.append(model)
-    return model
-
-  return model_fn, made
-
-
-def _measure(**kwargs):
-  model_fn, made = _counting_model_fn()
+def _measure(counting_model_fn, **kwargs):
+  model_fn, made = counting_model_fn
   strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
   result = scale.measure_worker(strategy, model_fn, batch_size=8, steps=5, repeats=1,
                                 compress_gradients=False, seed=0, **kwargs)
   return result, int(made[0].optimizer.iterations.numpy())  # made[0]: the synced model.
 
 
-def test_fits_are_as_many_steps_as_asked_without_a_minimum_length():
-  result, iterations = _measure()
+def test_fits_are_as_many_steps_as_asked_without_a_minimum_length(counting_model_fn):
+  result, iterations = _measure(counting_model_fn)
   assert result["steps"] == 5
   assert iterations == 2 * 5  # A warm-up round and one timed round.
 
 
-def test_short_fits_are_lengthened_to_the_minimum_and_the_check_is_longer_still():
-  result, iterations = _measure(min_fit_seconds=0.5, longer=2)
+def test_short_fits_are_lengthened_to_the_minimum_and_the_check_is_longer_still(
+    counting_model_fn):
+  result, iterations = _measure(counting_model_fn, min_fit_seconds=0.5, longer=2)
   # A step of this model takes milliseconds: half a second is many more than 5.
   assert result["steps"] >= 50
   # Two 5-step calibration fits, then two rounds of "synced" and "synced_check".
