@@ -374,8 +374,8 @@ def check(advice: Advice, measured: Dict[str, float]) -> Check:
   Ways missing from `measured` (a cluster this machine cannot run) are left out;
   a pick among them is reported as not checked, never as passed.
   """
-  fitting = [name for name in measured if name in {o.name for o in advice.options if o.fits}]
-  fastest = max(fitting, key=measured.get, default=None)
+  fits = {o.name for o in advice.options if o.fits}
+  fastest = max((name for name in measured if name in fits), key=measured.get, default=None)
   errors = {o.name: o.examples_per_second / measured[o.name] - 1 for o in advice.options
             if o.name in measured}
   pick = None if advice.pick is None else advice.pick.name

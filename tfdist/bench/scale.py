@@ -47,10 +47,10 @@ def measure_worker(strategy, model_fn: Callable, *, batch_size: int, steps: int,
 
   With `raw`, a 2-worker run also times Keras's own step ("raw"), beside tfdist's.
   With `min_fit_seconds`, fits take more than `steps` steps where the synced
-  step would finish sooner: each fit has a fixed cost (starting it, a new
-  iterator on every worker), which weighs little only in a long fit. The workers agree on the
-  count ("steps" in the result). With `longer`, "synced_check" times fits
-  `longer` times as long as "synced"'s, in the same rounds (what
+  step would finish sooner, as `candidates` times the local ways: a fit's
+  first steps and its end weigh little only in a long fit. The workers agree
+  on the count ("steps" in the result). With `longer`, "synced_check" times
+  fits `longer` times as long as "synced"'s, in the same rounds (what
   `tfdist advise --check` holds the advice to).
 
   Every task of the cluster must call this at once, with the same arguments.

@@ -258,8 +258,8 @@ def _worker() -> int:
   spec = ClusterSpec.from_env()
   strategy = tfdist.make_strategy("multi_worker_mirrored", communication="ring")
   # Unpinned, as `tfdist train` runs workers: each shares this machine's cores.
-  # Not less than 50 steps, nor fits shorter than the local ways': each fit has
-  # a fixed cost, and a cluster's measurement times whole fits (the default
+  # Not less than 50 steps, nor fits shorter than the local ways': a fit's
+  # first steps and its end weigh less in a long fit (in one run, the default
   # CNN's 50-step fits measured 4.6 ms a step against 3.8 ms in 200-step ones).
   result = scale.measure_worker(strategy, _model_fn(), batch_size=_BATCH_SIZE.value,
                                 steps=max(50, _STEPS.value), repeats=_REPEATS.value,
