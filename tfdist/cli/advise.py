@@ -159,6 +159,11 @@ def _way(option_name: str) -> str:
   return "model_parallel" if option_name.startswith("model_parallel") else option_name
 
 
+def _check_longer() -> int:
+  """How many times longer the measuring processes time the check's fits (0: no check)."""
+  return _CHECK_LONGER.value if _CHECK.value else 0
+
+
 def _local_devices() -> int:
   """This machine's GPUs, or one logical CPU per core standing in for them."""
   import tensorflow as tf  # Only lists devices: the runtime of this process is not used.
@@ -244,7 +249,7 @@ def _measure_here() -> int:
       ways["model_parallel"] = ("model_parallel", batch)
   seconds = candidates.time_ways(_model_fn(), ways, steps=_STEPS.value, repeats=_REPEATS.value,
                                  micro_batches=_MICRO_BATCHES.value or 1,
-                                 longer=_CHECK_LONGER.value if _CHECK.value else 0)
+                                 longer=_check_longer())
   self_launch.write_result(_WORKER_RESULT.value, {
       "seconds": seconds, "footprint": footprint.as_dict(), "peak": memory.peak_bytes()})
   return 0
@@ -264,7 +269,7 @@ def _worker() -> int:
   result = scale.measure_worker(strategy, _model_fn(), batch_size=_BATCH_SIZE.value,
                                 steps=max(50, _STEPS.value), repeats=_REPEATS.value,
                                 compress_gradients=False, seed=spec.task.index, raw=False,
-                                longer=_CHECK_LONGER.value if _CHECK.value else 0,
+                                longer=_check_longer(),
                                 min_fit_seconds=candidates.MIN_FIT_SECONDS)
   self_launch.write_result(_WORKER_RESULT.value, result)
   return 0
