@@ -158,8 +158,8 @@ def cnn_input_wait(tf):
 
   strategy = tfdist.make_strategy("one_device")
   with strategy.scope():
-    from tfdist import training
-    model = training.small_cnn()
+    from tfdist.training import job
+    model = job.small_cnn()
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(True))
   report = input_report.InputBoundReport(dataset_fn, verbose=False)
   model.fit(distributed_input.distribute_function(strategy, dataset_fn), epochs=3,

@@ -76,12 +76,13 @@ def main(argv):
                                   bytes_per_pack=_BYTES_PER_PACK.value)
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfdist import keras, train_step  # pylint: disable=g-import-not-at-top
+  from tfdist import keras  # pylint: disable=g-import-not-at-top
+  from tfdist.training import fit_step
   from tfdist.bench import models  # pylint: disable=g-import-not-at-top
   with strategy.scope():
     model = models.convnet()
     model.compile(keras.optimizers.SGD(0.01), "mse")
-  train_step.synchronise_once(model, strategy)
+  fit_step.synchronise_once(model, strategy)
   rng = np.random.default_rng(0)
   batch = _BATCH.value
   x = rng.random((batch,) + tuple(model.input_shape[1:])).astype("float32")

@@ -99,7 +99,7 @@ class TestParameterServer:
     assert result.returncode == 3, result.stdout[-3000:]
     assert "REFUSED: Keras 3 cannot fit under ParameterServerStrategy" in result.stdout
     assert "keras-team/keras#18624" in result.stdout
-    assert "Train this Keras 3 model with `tfdist.loop.Loop(strategy, model" in result.stdout
+    assert "Train this Keras 3 model with `tfdist.training.loop.Loop(strategy, model" in result.stdout
 
   def test_tf_keras_trains(self):
     result = helpers.run(helpers.python(KERAS_FIT, "tf_keras", "parameter_server"), timeout=240)

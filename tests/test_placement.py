@@ -87,8 +87,8 @@ class TestModelParallel:
       placement.place_layers("model", ["/cpu:0"])
 
 
-def test_old_names_in_devices_still_work_with_a_warning():
+def test_placement_names_are_not_in_devices():
+  # The 0.2 shim that served them from tfdist.devices is gone (nothing was released).
   from tfdist import devices
-  with pytest.warns(DeprecationWarning, match=r"tfdist.devices.place_layers moved to "
-                    r"tfdist.placement.place_layers"):
-    assert devices.place_layers is placement.place_layers
+  with pytest.raises(AttributeError, match=r"has no attribute 'place_layers'"):
+    devices.place_layers  # pylint: disable=pointless-statement

@@ -147,17 +147,3 @@ def preprocessing_device(device: str = "/cpu:0") -> Iterator[str]:
   """
   with tf.device(device):
     yield device
-
-
-# Moved to tfdist.placement; these names keep working for one release.
-_MOVED_TO_PLACEMENT = ("split_layers", "PlacedSequential", "place_layers")
-
-
-def __getattr__(name):
-  if name in _MOVED_TO_PLACEMENT:
-    import importlib
-    import warnings
-    warnings.warn(f"tfdist.devices.{name} moved to tfdist.placement.{name}; the old name "
-                  "goes away in the next release.", DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module("tfdist.placement"), name)
-  raise AttributeError(f"module 'tfdist.devices' has no attribute {name!r}")

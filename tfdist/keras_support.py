@@ -3,8 +3,8 @@
 On TF 2.21, raw Keras 3 cannot `fit` under multi-worker MultiWorkerMirroredStrategy
 (keras-team/keras#20585) nor under ParameterServerStrategy (keras-team/keras#18624:
 Keras 3 has no DatasetCreator). tf_keras trains under all of them. tfdist's
-multi_worker_mirrored makes Keras 3 train there too (`keras3_workarounds`); under
-parameter_server, Keras 3 trains with `tfdist.loop`, and its `fit` is refused
+multi_worker_mirrored makes Keras 3 train there too (`tfdist.internals.keras`); under
+parameter_server, Keras 3 trains with `tfdist.training.loop`, and its `fit` is refused
 before the first step (see `refuse_keras3`) instead of failing inside it.
 
 `tfdist.keras` is tf_keras. Importing tfdist changes no environment variable:
@@ -16,14 +16,14 @@ import sys
 import warnings
 from typing import Callable, Optional
 
-from tfdist import cluster as cluster_lib
+from tfdist.internals import tensorflow as tf_internals
 
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 KERAS3 = "keras3"
 TF_KERAS = "tf_keras"
 
 # Measured on TF 2.21 / Keras 3.15 / tf_keras 2.21 (docs/known_issues.md) and asserted
-# by tests/test_keras3_workarounds.py and tests/test_keras_support.py.
+# by tests/internals/test_keras.py and tests/test_keras_support.py.
 MWMS_FAILURE = ("Keras 3 cannot fit under multi-worker MultiWorkerMirroredStrategy: "
                 "it fails converting PerReplica values (keras-team/keras#20585)")
 PSS_FAILURE = ("Keras 3 cannot fit under ParameterServerStrategy: it has no "
@@ -34,9 +34,9 @@ STRATEGIES = ("one_device", "mirrored", "central_storage", "multi_worker_mirrore
 SUPPORT = {(flavour, strategy): ("works", "works") for flavour in (KERAS3, TF_KERAS)
            for strategy in STRATEGIES}
 SUPPORT[(KERAS3, "multi_worker_mirrored (2+ workers)")] = (
-    f"FAILS: {MWMS_FAILURE}", "works (tfdist.keras3_workarounds)")
+    f"FAILS: {MWMS_FAILURE}", "works (tfdist.internals.keras)")
 SUPPORT[(KERAS3, "parameter_server")] = (
-    f"FAILS: {PSS_FAILURE}", "fit refused before the first step, pointing to tfdist.loop, "
+    f"FAILS: {PSS_FAILURE}", "fit refused before the first step, pointing to tfdist.training.loop, "
     "which works (`tfdist train` uses it)")
 
 
@@ -68,14 +68,9 @@ def tf_keras_flavour() -> Optional[str]:
   keras = tf.__dict__.get("keras")
   if keras is None:
     return None
-  # Read the lazy loader's own state through vars(): its __getattr__ would load Keras.
-  state = vars(keras)
-  if "_tfll_initialized" in state:
-    if not state["_tfll_initialized"]:
-      return None
-    name = {"keras_3": "keras.", "tf_keras": "tf_keras."}.get(state.get("_tfll_keras_version"), "")
-  else:  # The loader already replaced itself with the module it loaded.
-    name = getattr(keras, "__name__", "")
+  resolved, name = tf_internals.lazy_keras_name(keras)
+  if not resolved:
+    return None
   if name.startswith("keras."):
     return KERAS3
   if name.startswith("tf_keras"):
@@ -110,7 +105,7 @@ def is_keras3_function(fn: Callable) -> bool:
 def refuse_keras3(strategy_name: str, reason: str) -> None:
   """Raises the error a Keras 3 `fit` under an unsupported strategy gets, up front."""
   import keras  # Only reached from inside Keras 3's own trainer.
-  loop = ("Train this Keras 3 model with `tfdist.loop.Loop(strategy, model, loss=..., "
+  loop = ("Train this Keras 3 model with `tfdist.training.loop.Loop(strategy, model, loss=..., "
           "optimizer=...).fit(dataset_fn, epochs=..., steps_per_epoch=...)`, or build it "
           if strategy_name == "parameter_server" else "Build the model ")
   raise TypeError(
@@ -120,11 +115,8 @@ def refuse_keras3(strategy_name: str, reason: str) -> None:
       f"Received: a Keras {keras.__version__} model under {strategy_name}")
 
 
-def is_multi_worker_mirrored(strategy) -> bool:
-  """Whether `strategy` is MultiWorkerMirroredStrategy over 2 or more workers."""
-  import tensorflow as tf  # Not at the top: importing tfdist must not load TF.
-  return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and \
-      cluster_lib.count_workers(strategy.cluster_resolver.cluster_spec().as_dict()) > 1
+# Whether a strategy is MultiWorkerMirroredStrategy over 2 or more workers.
+is_multi_worker_mirrored = tf_internals.is_multi_worker_mirrored
 
 
 def set_distribute_reduction_method(model, strategy) -> str:

@@ -4,7 +4,7 @@ import pytest
 
 import tfdist
 from tfdist.bench import allreduce
-from tfdist import timing
+from tfdist.training import timing
 from tfdist.bench import models
 from tfdist.bench import overhead
 

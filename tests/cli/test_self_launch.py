@@ -13,11 +13,11 @@ def test_the_command_repeats_every_flag_set_once_per_value():
   from tfdist.cli import bench
   flags.FLAGS(["x", "--suites=small_model", "--suites=allreduce", "--repeats=1"])
   try:
-    command = self_launch.command("bench", bench, ["--worker_result=/tmp/r.json"])
+    command = self_launch.command("bench", bench, ["--result_file=/tmp/r.json"])
   finally:
     flags.FLAGS.unparse_flags()
   assert command == [sys.executable, "-m", "tfdist", "bench", "--suites=small_model",
-                     "--suites=allreduce", "--repeats=1", "--worker_result=/tmp/r.json"]
+                     "--suites=allreduce", "--repeats=1", "--result_file=/tmp/r.json"]
 
 
 def test_the_writer_is_the_chief_or_worker_0():

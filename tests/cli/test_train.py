@@ -34,37 +34,6 @@ def test_multi_worker_mirrored_two_processes_identical_weights(tmp_path):
   assert "[worker:0] Epoch 4/4" in result.stdout  # Keras progress per epoch.
 
 
-@pytest.mark.slow
-def test_compare_trains_every_strategy_to_single_device_accuracy(tmp_path):
-  # The multi-process strategies; mirrored and central_storage against one
-  # device are tests/strategies/test_strategies.py's, in one process.
-  # Both Kerases' 2-worker cells run here through `tfdist train` (chief, 2
-  # workers and a ps for parameter_server; the workers' identical weights are
-  # tests/test_keras3_workarounds.py's and the MWMS test's above).
-  strategies = ["one_device", "multi_worker_mirrored", "parameter_server"]
-  result_file = tmp_path / "compare.json"
-  result = helpers.run(helpers.tfdist_cli(
-      "compare", "--keras=tf_keras,keras3", f"--strategies={','.join(strategies)}",
-      f"--result_file={result_file}"), timeout=1200)
-  assert result.returncode == 0, result.stdout[-3000:]
-  rows = json.loads(result_file.read_text())
-  assert [(r["keras"], r["strategy"]) for r in rows] == [
-      (keras, name) for keras in ("tf_keras", "keras3") for name in strategies]
-  assert [r["replicas"] for r in rows] == [1, 2, 1] * 2
-  for row in rows:  # Both Kerases, every strategy: single-device tf_keras accuracy.
-    assert abs(row["accuracy"] - rows[0]["accuracy"]) <= 0.05, row
-  assert rows[0]["accuracy"] > 0.9
-  assert "OK: every strategy reached single-device accuracy within tolerance." in result.stdout
-  assert re.search(r"^keras\s+strategy\s+replicas\s+mode\s+accuracy", result.stdout, re.M)
-  assert re.search(r"^keras3\s+parameter_server\s+1\s+async\s+0\.9", result.stdout, re.M)
-
-
-def test_compare_names_the_valid_kerases():
-  result = helpers.run(helpers.tfdist_cli("compare", "--keras=keras2"), timeout=60)
-  assert result.returncode != 0
-  assert "--keras takes ['tf_keras', 'keras3'], comma-separated." in result.stdout
-
-
 def test_train_rejects_a_bad_flag():
   result = helpers.run(helpers.tfdist_cli("train", "--strategy=mirorred"), timeout=60)
   assert result.returncode != 0
@@ -91,7 +60,7 @@ def test_users_own_model_and_data(strategy):
 
 @pytest.mark.slow
 def test_keras3_user_model_under_parameter_servers(tmp_path):
-  # Keras 3's fit cannot run here (keras-team/keras#18624): tfdist.loop trains it.
+  # Keras 3's fit cannot run here (keras-team/keras#18624): tfdist.training.loop trains it.
   result = helpers.run(helpers.tfdist_cli(
       "train", "--strategy=parameter_server", "--epochs=6", "--batch_size=32", "--verbose=1",
       f"--model={USER}/regression_model_keras3.py", f"--data={USER}/regression_data.py",

@@ -9,7 +9,7 @@ import tensorflow as tf
 from hypothesis import strategies as st
 
 from tfdist import cluster as cluster_lib
-from tfdist.cluster import ClusterSpec, TaskSpec
+from tfdist.cluster import ClusterSpec, TaskSpec, pick_unused_ports
 
 TWO_WORKERS = {"worker": ["localhost:2222", "localhost:2223"]}
 
@@ -224,3 +224,27 @@ def test_random_text_raises_only_documented_errors(text):
 def test_pick_unused_ports_are_distinct():
   ports = cluster_lib.pick_unused_ports(20)
   assert len(set(ports)) == 20
+
+
+def test_a_spec_is_immutable_and_hashable():
+  # Before: attributes and the jobs dict could be changed in place, and a spec
+  # defined __eq__ without __hash__, so it could not be a dict key or set member.
+  spec = ClusterSpec.from_dict({"worker": ["h:1", "h:2"]}, task={"type": "worker", "index": 1})
+  with pytest.raises(AttributeError, match=r"ClusterSpec is immutable.*Received: task="):
+    spec.task = None
+  with pytest.raises(TypeError):
+    spec.jobs["ps"] = ("h:3",)
+  same = ClusterSpec.from_dict({"worker": ["h:1", "h:2"]}, task={"type": "worker", "index": 1})
+  assert same == spec and hash(same) == hash(spec) and len({spec, same}) == 1
+  assert len({spec, spec.with_task("worker", 0)}) == 2
+
+
+def test_free_ports_are_picked_on_the_loopback_family_asked_for():
+  import socket
+  ports = pick_unused_ports(3, host="::1") if socket.has_ipv6 else ()
+  for port in ports:  # Before: bound on 127.0.0.1 whatever the host.
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+      s.bind(("::1", port))
+  assert len(set(pick_unused_ports(3))) == 3
+  with pytest.raises(ValueError, match=r"`host` must be a loopback address.*Received: '10.0.0.1'"):
+    pick_unused_ports(1, host="10.0.0.1")

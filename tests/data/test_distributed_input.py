@@ -105,15 +105,3 @@ def test_distribute_function_turns_auto_sharding_off_and_trains():
   assert seen == [2]
   assert history.history["loss"][-1] < history.history["loss"][0]
   assert [d.options().experimental_distribute.auto_shard_policy for d in handed] == [Policy.OFF]
-
-
-def test_explain_cli():
-  import helpers
-  result = helpers.run(helpers.tfdist_cli("explain", "--workers=2", "--replicas_per_worker=2"),
-                       timeout=120)
-  assert result.returncode == 0, result.stdout[-2000:]
-  assert "shard policy       FILE" in result.stdout
-  assert "steps per epoch    22" in result.stdout
-  bad = helpers.run(helpers.tfdist_cli("explain", "--workers=2", "--num_elements=10"),
-                    timeout=120)
-  assert bad.returncode == 1 and "could not run a single step" in bad.stdout

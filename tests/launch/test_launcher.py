@@ -14,7 +14,7 @@ def test_every_launcher_is_registered():
 
 
 def test_an_unknown_launcher_lists_the_known_ones():
-  with pytest.raises(ValueError, match=r"Valid launchers: \['kubernetes', 'local', 'slurm'\]\. "
+  with pytest.raises(ValueError, match=r"Unknown launcher name. Valid names: \['kubernetes', 'local', 'slurm'\]\. "
                      r"Received: 'ray'"):
     launch.make_launcher("ray")
 

@@ -138,39 +138,6 @@ def test_empty_command():
     launch.launch_local([], ClusterSpec.local(workers=1))
 
 
-class TestCli:
-
-  def test_exit_code_and_prefixes(self):
-    result = helpers.run(helpers.tfdist_cli(
-        "launch", "--workers=2", "--", PY, "-c", "import sys; print('hi'); sys.exit(0)"),
-        timeout=60)
-    assert result.returncode == 0
-    assert "[worker:0] hi" in result.stdout and "[worker:1] hi" in result.stdout
-
-  def test_crash_at_import_is_the_exit_code(self):
-    result = helpers.run(helpers.tfdist_cli(
-        "launch", "--workers=2", "--", PY, "-c", "import no_such_module_xyz"), timeout=60)
-    assert result.returncode == 1
-    assert "ModuleNotFoundError: No module named 'no_such_module_xyz'" in result.stdout
-
-  def test_command_not_found(self):
-    result = helpers.run(helpers.tfdist_cli("launch", "--", "no-such-program-xyz"), timeout=60)
-    assert result.returncode == 127
-    assert "Could not start task worker:0" in result.stdout
-
-  def test_no_command(self):
-    result = helpers.run(helpers.tfdist_cli("launch", "--workers=2"), timeout=60)
-    assert result.returncode == 2
-    assert "give the command after '--'" in result.stdout
-
-  def test_unknown_command_lists_valid_ones(self):
-    result = helpers.run(helpers.tfdist_cli("lunch"), timeout=60)
-    assert result.returncode == 2
-    assert ("unknown command 'lunch'. Valid commands: ['advise', 'bench', 'compare', 'data_service', "
-            "'doctor', 'explain', 'launch', 'scale', 'train']") \
-        in result.stdout
-
-
 @pytest.mark.slow
 def test_worker_killed_mid_training_is_a_readable_error_in_seconds(tmp_path):
   command = helpers.tfdist_cli("launch", "--workers=2", "--timeout=300", "--", PY,
@@ -289,7 +256,7 @@ def test_network_arguments_are_checked():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("keras", ["tf_keras", "keras3"])  # fit; tfdist.loop for Keras 3.
+@pytest.mark.parametrize("keras", ["tf_keras", "keras3"])  # fit; tfdist.training.loop for Keras 3.
 def test_parameter_server_training_survives_a_killed_worker(keras):
   command = helpers.tfdist_cli("train", "--strategy=parameter_server", "--epochs=6",
                                "--verbose=2", f"--keras={keras}")

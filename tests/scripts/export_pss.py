@@ -1,7 +1,7 @@
 """Exports models trained under an in-process parameter-server cluster.
 
 Usage: python export_pss.py NUM_PS_SHARDS OUT_DIR. For each Keras, fits a small
-classifier (tf_keras with `fit`, Keras 3 with tfdist.loop), exports it to
+classifier (tf_keras with `fit`, Keras 3 with tfdist.training.loop), exports it to
 OUT_DIR/<keras>, and saves OUT_DIR/x.npy and OUT_DIR/<keras>.npy (its outputs).
 Prints one RESULT line of JSON: the exported paths, or the error, per Keras.
 """
@@ -43,11 +43,11 @@ for name, keras in (("tf_keras", tf_keras), ("keras3", keras3)):
       model.fit(tf_keras.utils.experimental.DatasetCreator(dataset_fn), epochs=1,
                 steps_per_epoch=4, verbose=0)
     else:
-      tfdist.loop.Loop(strategy, model, loss=loss, optimizer=keras.optimizers.SGD(0.1)).fit(
+      tfdist.training.loop.Loop(strategy, model, loss=loss, optimizer=keras.optimizers.SGD(0.1)).fit(
           dataset_fn, epochs=1, steps_per_epoch=4, verbose=False)
     np.save(os.path.join(out, f"{name}.npy"), np.asarray(model(x)))
     results[name] = {"path": tfdist.export(model, os.path.join(out, name)),
-                     "sharded": tfdist.serving.is_sharded(model)}
+                     "sharded": tfdist.training.export.is_sharded(model)}
   except ValueError as e:
     results[name] = {"error": str(e)}
 print("RESULT " + json.dumps(results), flush=True)

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfdist
-from tfdist import checkpointing
+from tfdist.training import checkpoints
 
 directory, phase = sys.argv[1], sys.argv[2]
 strategy = tfdist.make_strategy("multi_worker_mirrored")
@@ -33,11 +33,11 @@ class Interrupt(keras.callbacks.Callback):
 
 
 data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16)
-backup = checkpointing.backup_and_restore(directory, model=model)
+backup = checkpoints.backup_and_restore(directory, model=model)
 try:
   model.fit(data, epochs=4, steps_per_epoch=2, verbose=0, callbacks=[backup, Interrupt()])
 except RuntimeError as e:
   print(f"STOPPED: {e}; backup files: {sorted(os.listdir(backup.backup_dir))}", flush=True)
   sys.exit(0)
-saved = checkpointing.save_model(model, os.path.join(directory, "model.keras"))
+saved = checkpoints.save_model(model, os.path.join(directory, "model.keras"))
 print(f"SAVED: {saved}", flush=True)

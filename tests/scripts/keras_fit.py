@@ -17,8 +17,8 @@ from tfdist import keras_support
 flavour, strategy_name = sys.argv[1], sys.argv[2]
 raw = sys.argv[3:] == ["raw"]
 if sys.argv[3:] == ["untested"]:
-  from tfdist import keras3_workarounds
-  keras3_workarounds.TESTED_KERAS = ((3, 0), (3, 1))
+  from tfdist.internals import keras as keras_internals
+  keras_internals.TESTED = ((3, 0), (3, 1))
 
 import numpy as np
 import tensorflow as tf
@@ -29,7 +29,7 @@ if not raw:
 elif strategy_name == "multi_worker_mirrored":
   strategy = tf.distribute.MultiWorkerMirroredStrategy()
 else:
-  from tfdist import servers
+  from tfdist.strategies import servers
   spec = tfdist.ClusterSpec.local(workers=2, ps=1)
   keep_alive = servers.start_servers(spec)
   strategy = tf.distribute.ParameterServerStrategy(

@@ -1,4 +1,4 @@
-"""tfdist.loop under multi-worker strategies; prints one JSON line starting with RESULT.
+"""tfdist.training.loop under multi-worker strategies; prints one JSON line starting with RESULT.
 
 Usage:
   python loop_train.py {keras3,tf_keras} multi_worker_mirrored DIR  (once per task, TF_CONFIG)
@@ -21,7 +21,7 @@ import tempfile
 import numpy as np
 
 import tfdist
-from tfdist import loop as loop_lib
+from tfdist.training import loop as loop_lib
 
 flavour, strategy_name = sys.argv[1], sys.argv[2]
 sharded = sys.argv[3:] == ["sharded"]
@@ -105,8 +105,8 @@ if sharded:  # A new model and loop on the same folder resume the sharded variab
                   tf.train.latest_checkpoint(checkpoint_dir)))}
   shutil.rmtree(checkpoint_dir)
   if flavour == "keras3":
-    from tfdist import keras3_workarounds
-    keras3_workarounds.restore_checkpoints()  # Undone: Keras's own failure again.
+    from tfdist.internals import keras as keras_internals
+    keras_internals.disable_sharded_checkpoints()  # Undone: Keras's own failure again.
     raw_errors.append(raw_checkpoint_error())
   restored["raw_checkpoint_errors"] = raw_errors
 # Exact evaluation: 1001 examples in batches of 64 (the last partial), each once.
@@ -146,7 +146,7 @@ def new_counter():
 counted = count(new_counter())
 raw_counted = None
 if flavour == "keras3":  # Keras 3's own assign_add, for comparison: it loses updates.
-  from tfdist import keras3_workarounds
+  from tfdist.internals import keras as keras_internals
   raw_counter = new_counter()
 
   def raw_step(batch):
@@ -154,7 +154,7 @@ if flavour == "keras3":  # Keras 3's own assign_add, for comparison: it loses up
       raw_counter.assign_add(1.0)
     return {}
   raw_loop = loop_lib.Loop(strategy, model, optimizer=optimizer, step_fn=raw_step)
-  keras3_workarounds.restore_assign_add()  # After the Loop, which made it atomic.
+  keras_internals.disable_atomic_assign_add()  # After the Loop, which made it atomic.
   raw_loop.fit(dataset_fn, epochs=1, steps_per_epoch=STEPS, verbose=False)
   raw_counted = float(raw_counter.numpy())
 print("RESULT " + json.dumps({

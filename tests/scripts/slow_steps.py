@@ -10,7 +10,9 @@ import tfdist
 strategy = tfdist.make_strategy("multi_worker_mirrored")
 
 import numpy as np
-from tfdist import checkpointing, keras, training
+from tfdist import keras
+from tfdist.training import checkpoints
+from tfdist.training import job
 
 
 class SlowSteps(keras.callbacks.Callback):
@@ -24,5 +26,5 @@ with strategy.scope():
   model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
   model.compile(optimizer="sgd", loss="mse")
 model.fit(x, y, batch_size=16, epochs=3, verbose=2, shuffle=False,
-          callbacks=[SlowSteps(), checkpointing.backup_and_restore(sys.argv[1])])
-print("final weights", training.weights_digest(model.get_weights()), flush=True)
+          callbacks=[SlowSteps(), checkpoints.backup_and_restore(sys.argv[1])])
+print("final weights", job.weights_digest(model.get_weights()), flush=True)

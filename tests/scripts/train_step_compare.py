@@ -15,7 +15,9 @@ strategy = tfdist.make_strategy("multi_worker_mirrored")
 
 import numpy as np
 import tensorflow as tf
-from tfdist import keras, keras_support, train_step, training
+from tfdist import keras, keras_support
+from tfdist.training import fit_step
+from tfdist.training import job
 from tfdist.bench import collectives
 
 
@@ -37,7 +39,7 @@ dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64).repeat()
 def build(with_own_metric):
   tf.keras.utils.set_random_seed(1)
   with strategy.scope():
-    model = training.small_cnn()
+    model = job.small_cnn()
     metrics = ["accuracy"] + ([DoubledAccuracy(name="doubled")] if with_own_metric else [])
     model.compile(keras.optimizers.SGD(0.1),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=metrics)
@@ -48,7 +50,7 @@ for with_own_metric in (False, True):
   for variant in ("keras", "tfdist"):
     model = build(with_own_metric)
     if variant == "tfdist":
-      installed = train_step.synchronise_once(model, strategy)
+      installed = fit_step.synchronise_once(model, strategy)
     else:  # Keras's step, with the output reduction tfdist always removes.
       installed = keras_support.set_distribute_reduction_method(model, strategy)
     model.make_train_function()
@@ -58,5 +60,5 @@ for with_own_metric in (False, True):
     print("RESULT", json.dumps({
         "variant": variant, "own_metric": with_own_metric, "installed": installed,
         "collectives": count, "history": history,
-        "weights": training.weights_digest(model.get_weights()),
+        "weights": job.weights_digest(model.get_weights()),
         "norms": [float(np.linalg.norm(w)) for w in model.get_weights()]}), flush=True)

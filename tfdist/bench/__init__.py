@@ -9,9 +9,11 @@
   checking the α-β model against them (`tfdist scale`);
 - `memory`: the bytes one replica holds (weights, gradients, slots, activations);
 - `candidates`: the ways of training on one machine, timed side by side;
-- `advisor`: `tfdist advise`'s decision table, its check, and `tfdist.advise`.
+- `decision`: `tfdist advise`'s decision table (`decide`);
+- `advice_check`: an advice held to longer measurements (`check`);
+- `advise`: the measuring processes and `tfdist.advise`.
 
-Every timer here uses `tfdist.timing`'s epoch clock, which `tfdist train` uses
+Every timer here uses `tfdist.training.timing`'s epoch clock, which `tfdist train` uses
 too. Nothing here asserts a speed; `tfdist bench`, `tfdist scale` and the scripts
 in `benchmarks/` print and save ratios.
 """

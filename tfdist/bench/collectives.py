@@ -7,7 +7,7 @@ their bytes, says what a step costs in synchronisation before timing it: the
 gradients' all-reduce (one op per pack), and, in tf_keras's own `fit` step,
 each compiled metric's total and count read across workers, and the reduction
 of the step's outputs that `keras_support.set_distribute_reduction_method`
-removes. `tfdist.train_step` packs the metrics into the gradients' all-reduce.
+removes. `tfdist.training.fit_step` packs the metrics into the gradients' all-reduce.
 A finite dataset adds TF's 8-byte "does every worker still have data" check.
 """
 

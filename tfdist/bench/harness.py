@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from tfdist import timing
+from tfdist.training import timing
 
 T = TypeVar("T")
 

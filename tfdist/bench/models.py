@@ -1,8 +1,11 @@
 """Models the benchmarks time: the default job's CNN, a compute-bound convnet, an MLP."""
 
+from typing import Callable
+
 import tf_keras as keras
 
-from tfdist import training
+from tfdist.training import job
+from tfdist.training import user_code
 
 
 def mlp() -> keras.Model:
@@ -28,5 +31,16 @@ def convnet() -> keras.Model:
       keras.layers.Dense(10)])
 
 
-MODELS = {"cnn": (training.small_cnn, (8, 8, 1)), "convnet": (convnet, (8, 8, 1)),
+MODELS = {"cnn": (job.small_cnn, (8, 8, 1)), "convnet": (convnet, (8, 8, 1)),
           "mlp": (mlp, (784,))}
+
+
+def model_fn(name_or_path: str) -> Callable:
+  """`tfdist scale`'s and `advise`'s --model: a name of `MODELS`, or your .py file / module.
+
+  Raises:
+    ValueError: the file or module does not exist, or defines no `model_fn`.
+  """
+  if name_or_path in MODELS:
+    return MODELS[name_or_path][0]
+  return user_code.function(user_code.load_module(name_or_path, "model"), "model_fn", "model")

@@ -11,7 +11,7 @@ from typing import Dict, List, Sequence
 
 import tensorflow as tf
 
-from tfdist import scaling
+from tfdist.training import scaling
 from tfdist import strategies
 from tfdist.bench import harness
 from tfdist.bench import models as models_lib

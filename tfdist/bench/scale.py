@@ -58,8 +58,8 @@ def measure_worker(strategy, model_fn: Callable, *, batch_size: int, steps: int,
   import numpy as np
   import tensorflow as tf
   import tf_keras as keras
-  from tfdist import gradient_compression
-  from tfdist import train_step
+  from tfdist.training import compression
+  from tfdist.training import fit_step
   from tfdist.bench import allreduce
   from tfdist.bench import collectives
   from tfdist.bench import harness
@@ -73,8 +73,8 @@ def measure_worker(strategy, model_fn: Callable, *, batch_size: int, steps: int,
       model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
     if distributed and not keras_own_step:
       if compress_gradients:
-        gradient_compression.compress_gradients(model.optimizer)
-      train_step.synchronise_once(model, strategy)
+        compression.compress_gradients(model.optimizer)
+      fit_step.synchronise_once(model, strategy)
     return model
 
   def dataset_for(model, batch: int, distributed: bool = True):

@@ -75,17 +75,17 @@ _SCALE_PAIRS = flags.DEFINE_integer("scale_pairs", 3, "scaling: alternated 1- an
 _SCALE_STEPS = flags.DEFINE_integer("scale_steps", 15, "scaling: steps per timed fit.",
                                     lower_bound=5)
 _OUTPUT = flags.DEFINE_string("output", None, "Write the results as JSON here.")
-_WORKER_RESULT = flags.DEFINE_string(self_launch.RESULT_FLAG, None, "Internal: the "
-                                     "all-reduce worker writes its rows here.")
+_RESULT_FILE = flags.DEFINE_string(self_launch.RESULT_FLAG, None, "Internal: the "
+                                   "all-reduce worker writes its rows here.")
 
 
 def main(argv):
   del argv
-  if self_launch.launched_by_itself(_WORKER_RESULT.value):
+  if self_launch.launched_by_itself(_RESULT_FILE.value):
     return _all_reduce_worker()
   from tfdist import devices
   devices.split_physical_device(2)  # Before TensorFlow starts: two "GPUs".
-  from tfdist import timing
+  from tfdist.training import timing
   from tfdist.bench import overhead
   results = {}
   if "overhead" in _SUITES.value:
@@ -203,22 +203,19 @@ def _scaling() -> dict:
 
 def _advise() -> dict:
   results, rows = {}, []
+  from tfdist.bench import advise
   for entry in _ADVISE_CASES.value:
     model, batch, *memory = entry.split(":")
-    command = [sys.executable, "-m", "tfdist", "advise", f"--model={model}",
-               f"--batch_size={batch}", "--workers=2", "--check"]
-    command += [f"--memory_per_device={memory[0]}"] if memory else []
-    print(f"\nAdvise: {' '.join(command[2:])} ...", flush=True)
-    with tempfile.TemporaryDirectory() as workdir:
-      path = os.path.join(workdir, "advise.json")
-      code = subprocess.run(command + [f"--output={path}"], stdout=subprocess.DEVNULL,
-                            timeout=3600).returncode
-      if code != 0 or not os.path.exists(path):
-        print(f"  failed (exit code {code}); run the command above to see why.")
-        continue
-      with open(path) as f:
-        out = json.load(f)
-    check, advice = out["check"], out["advice"]
+    options = {"batch_size": int(batch), "workers": 2, "check": True}
+    if memory:
+      options["memory_per_device_gb"] = float(memory[0])
+    print(f"\nAdvise: {model} {options} ...", flush=True)
+    try:
+      out = advise.advise(model, **options).as_dict()
+    except (ValueError, advise.MeasurementError) as e:
+      print(f"  failed: {e}")
+      continue
+    check = out["check"]
     worst_way = max(check["errors"], key=lambda way: abs(check["errors"][way]))
     worst = abs(check["errors"][worst_way])
     pick = check["pick"] or "nothing fits"
@@ -268,6 +265,6 @@ def _all_reduce_worker() -> int:
       rows.append({"size_mb": size, "variant": variant, "seconds": t,
                    **allreduce.bus_bandwidth(size * allreduce.MB, t,
                                              strategy.num_replicas_in_sync, wires[variant])})
-  self_launch.write_result(_WORKER_RESULT.value, {"loopback_bytes_per_second": tcp,
+  self_launch.write_result(_RESULT_FILE.value, {"loopback_bytes_per_second": tcp,
                                                   "rows": rows})
   return 0

@@ -13,7 +13,7 @@ import tempfile
 
 from absl import flags
 
-from tfdist.cli import train_process
+from tfdist.training import process as train_process
 from tfdist.launch import task_keras
 
 _STRATEGIES = flags.DEFINE_list(
@@ -27,7 +27,7 @@ _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Global batch size.", lower
 _TOLERANCE = flags.DEFINE_float("tolerance", 0.05, "Largest accuracy gap to the baseline "
                                 "(absolute) that still passes.", lower_bound=0)
 _TIMEOUT = flags.DEFINE_float("timeout", 600, "Seconds allowed per strategy.", lower_bound=1)
-_RESULT_FILE = flags.DEFINE_string("result_file", None, "Write all results as JSON here.")
+_OUTPUT = flags.DEFINE_string("output", None, "Write all results as JSON here.")
 
 _HEADER = ("keras", "strategy", "replicas", "mode", "accuracy", "examples/s", "step ms",
            "input wait", "time s")
@@ -87,9 +87,9 @@ def main(argv):
         "step ms and examples/s are medians over epochs 2+; input wait is the share of "
         "a step spent waiting for data (n/a: parameter-server steps run remotely); "
         "on 2 CPU cores more replicas share the same cores, so they are not faster here. "
-        "Keras 3 under parameter_server trains with tfdist.loop (its fit cannot run there).")
-  if _RESULT_FILE.value:
-    with open(_RESULT_FILE.value, "w") as f:
+        "Keras 3 under parameter_server trains with tfdist.training.loop (its fit cannot run there).")
+  if _OUTPUT.value:
+    with open(_OUTPUT.value, "w") as f:
       json.dump(results, f, indent=1)
   if failed or off:
     print(f"FAILED: {failed} did not finish; {off} missed the accuracy tolerance.")

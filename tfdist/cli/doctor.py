@@ -16,7 +16,7 @@ from typing import List, Tuple
 
 from absl import flags
 
-from tfdist.cli import train_process
+from tfdist.training import process as train_process
 from tfdist.launch import task_keras
 
 # Strategy flag value -> (matrix cell, extra `tfdist train` flags) per cell.

@@ -5,8 +5,11 @@ only the chosen one is imported, so its flags are the only ones defined.
 """
 
 import importlib
+import logging as std_logging
 import os
 import sys
+
+from tfdist import output
 
 COMMANDS = {
     "train": "Train a Keras model under any strategy (default: a CNN on the embedded digits).",
@@ -45,7 +48,31 @@ def run(argv=None) -> None:
   from absl import app  # Deferred: `tfdist --help` needs nothing else.
   from absl import logging
   logging.set_verbosity(logging.WARNING)  # Also TensorFlow's Python logger.
-  app.run(module.main, argv=[f"tfdist {command}"] + argv[2:])
+  app.run(_with_output(module.main), argv=[f"tfdist {command}"] + argv[2:])
+
+
+def _with_output(main):
+  """`main`, after tfdist's output is set from `--verbosity` (absl's flag, every command has it)."""
+
+  def run_main(argv):
+    from absl import flags  # pylint: disable=g-import-not-at-top
+    output.show_on_console(console_level(flags.FLAGS["verbosity"]))
+    return main(argv)
+
+  return run_main
+
+
+def console_level(verbosity_flag) -> int:
+  """The level of tfdist's records a command shows: INFO, or what `--verbosity` says.
+
+  absl's scale: -1 warnings (and TensorFlow's default here), 0 info, 1 debug;
+  -2 errors only. Without the flag, tfdist's lines show as the command always
+  printed them, and TensorFlow's Python logger stays at warnings.
+  """
+  if not verbosity_flag.present:
+    return std_logging.INFO
+  from absl.logging import converter  # pylint: disable=g-import-not-at-top
+  return converter.absl_to_standard(verbosity_flag.value)
 
 
 if __name__ == "__main__":

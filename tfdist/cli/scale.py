@@ -49,13 +49,13 @@ _COMPRESS_GRADIENTS = flags.DEFINE_bool("compress_gradients", False, "All-reduce
                                         "gradients in float16 (tfdist.compress_gradients).")
 _PLOT = flags.DEFINE_string("plot", "scaling.png", "Where the PNG goes ('' for none).")
 _OUTPUT = flags.DEFINE_string("output", None, "Write the numbers as JSON here.")
-_WORKER_RESULT = flags.DEFINE_string(self_launch.RESULT_FLAG, None,
-                                     "Internal: worker 0 writes here.")
+_RESULT_FILE = flags.DEFINE_string(self_launch.RESULT_FLAG, None,
+                                   "Internal: worker 0 writes here.")
 
 
 def main(argv):
   del argv
-  if self_launch.launched_by_itself(_WORKER_RESULT.value):
+  if self_launch.launched_by_itself(_RESULT_FILE.value):
     return _worker()
   from tfdist.bench import scale
   from tfdist.bench import scaling_model
@@ -136,8 +136,8 @@ def _measure(workers: int):
 
 
 def _model_fn():
-  from tfdist.cli import user_code
-  return user_code.benchmark_model_fn(_MODEL.value)
+  from tfdist.bench import models
+  return models.model_fn(_MODEL.value)
 
 
 def _worker() -> int:
@@ -153,5 +153,5 @@ def _worker() -> int:
                                 steps=_STEPS.value, repeats=_REPEATS.value,
                                 compress_gradients=_COMPRESS_GRADIENTS.value,
                                 seed=spec.task.index)
-  self_launch.write_result(_WORKER_RESULT.value, result)
+  self_launch.write_result(_RESULT_FILE.value, result)
   return 0

@@ -5,7 +5,7 @@ where it launches a local cluster whose every task runs the same command
 again with the same flags; then as each task, which finds itself inside a
 cluster (TF_CONFIG, or any environment `tfdist.cluster` detects) and does the
 work. A task can hand a result back: the first worker (or the chief) writes
-JSON to the path given as `--worker_result`, which the launching process
+JSON to the path given as `--result_file`, which the launching process
 reads once the cluster is done.
 
 Example (in an absl main):
@@ -29,7 +29,9 @@ from tfdist import launch as launch_lib
 from tfdist.cluster import CHIEF, WORKER, ClusterSpec, TaskSpec
 from tfdist.cluster import environment
 
-RESULT_FLAG = "worker_result"
+# The reporting task writes its result as JSON here: `tfdist train`'s own
+# --result_file, and the internal flag of the commands that launch themselves.
+RESULT_FLAG = "result_file"
 
 
 def in_cluster() -> bool:
@@ -38,7 +40,7 @@ def in_cluster() -> bool:
 
 
 def launched_by_itself(result_path: Optional[str]) -> bool:
-  """Whether this process is a task its own command launched (it was given `--worker_result`).
+  """Whether this process is a task its own command launched (it was given `--result_file`).
 
   For commands that always measure on a cluster of their own (`scale`,
   `advise`, `bench`): run inside a SLURM allocation, a Kubernetes pod or with

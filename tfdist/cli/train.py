@@ -14,10 +14,10 @@ import sys
 from absl import flags
 
 from tfdist import cluster as cluster_lib
-from tfdist import precision
-from tfdist import scaling
+from tfdist.training import precision
+from tfdist.training import scaling
 from tfdist.cli import self_launch
-from tfdist.cli import user_code
+from tfdist.training import user_code
 from tfdist.launch import task_keras
 from tfdist.strategies.local import CROSS_DEVICE_OPS
 from tfdist.strategies.multi_worker_mirrored import COMMUNICATION
@@ -76,8 +76,8 @@ _MODEL = flags.DEFINE_string("model", None, "Your model: a .py file or module de
 _DATA = flags.DEFINE_string("data", None, "Your data: a .py file or module defining "
                             "dataset_fn(input_context[, global_batch_size]) and optionally "
                             "STEPS_PER_EPOCH (default: the embedded digits).")
-_RESULT_FILE = flags.DEFINE_string("result_file", None, "Write the result as JSON here "
-                                   "(only the chief, or worker 0, writes).")
+_RESULT_FILE = flags.DEFINE_string(self_launch.RESULT_FLAG, None, "Write the result as JSON "
+                                   "here (only the chief, or worker 0, writes).")
 _KERAS = flags.DEFINE_enum(
     "keras", None, list(task_keras.KERAS_CHOICES),
     "The Keras of the default model and of `tf.keras` (default: TF_USE_LEGACY_KERAS if "
@@ -118,8 +118,10 @@ def _launch_self(keras: str) -> int:
   else:
     spec = cluster_lib.ClusterSpec.local(_WORKERS.value, evaluator=_EVALUATOR.value)
   print(f"[tfdist train] starting a local cluster: {spec}", flush=True)
+  # The tasks write the result: self_launch passes every flag but this one on.
+  extra = [f"--{self_launch.RESULT_FLAG}={_RESULT_FILE.value}"] if _RESULT_FILE.value else []
   return self_launch.run("train", sys.modules[__name__], spec, timeout=_TIMEOUT.value,
-                         max_restarts=_MAX_RESTARTS.value, keras=keras)
+                         max_restarts=_MAX_RESTARTS.value, keras=keras, extra_flags=extra)
 
 
 # Set in the copy of this command that runs inside the private network.
@@ -196,7 +198,7 @@ def main(argv):
   if _DEVICES.value:
     from tfdist import devices  # Deferred: imports TensorFlow.
     devices.split_physical_device(_DEVICES.value)
-  from tfdist import training  # Deferred: imports TensorFlow.
+  from tfdist.training import job  # Deferred: imports TensorFlow.
   user = {}
   try:
     if _MODEL.value:
@@ -210,7 +212,7 @@ def main(argv):
   except ValueError as e:
     print(f"tfdist train: {e}", file=sys.stderr)
     return 2
-  config = training.TrainConfig(
+  config = job.TrainConfig(
       strategy=_STRATEGY.value, epochs=_EPOCHS.value, batch_size=_BATCH_SIZE.value,
       learning_rate=_LEARNING_RATE.value, lr_scaling=_LR_SCALING.value,
       warmup_steps=_WARMUP_STEPS.value, strategy_options=_strategy_options(),
@@ -221,9 +223,9 @@ def main(argv):
       keras=keras, **user)
   spec = cluster_lib.ClusterSpec.from_env()
   if spec is not None and spec.task is not None and spec.task.type == cluster_lib.EVALUATOR:
-    training.evaluate_sidecar(config)  # Not a member of the cluster: no strategy.
+    job.evaluate_sidecar(config)  # Not a member of the cluster: no strategy.
     return 0
-  result = training.train(config)
+  result = job.train(config)
   print(f"strategy={result.strategy} keras={result.keras} replicas={result.replicas} "
         f"accuracy={result.accuracy:.4f} loss={result.losses[-1]:.4f} examples/s={result.examples_per_second:.0f} "
         f"step_time_ms={result.step_time_ms:.2f} weights={result.weights_digest} "

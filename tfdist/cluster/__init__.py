@@ -17,11 +17,16 @@ Example:
 from tfdist.cluster.spec import (CHIEF, CLUSTER_TASK_TYPES, EVALUATOR, LOOPBACK_HOSTS, PS,
                                  TASK_TYPES, TF_CONFIG_KEYS, WORKER, ClusterSpec, TaskSpec,
                                  check_task_count, count_workers, pick_unused_ports, split_address)
-# Registered in this order: TF_CONFIG wins, then a Kubernetes pod, then SLURM.
-from tfdist.cluster import tf_config  # pylint: disable=g-bad-import-order
+from tfdist.cluster import environment
 from tfdist.cluster import kubernetes
 from tfdist.cluster import slurm
+from tfdist.cluster import tf_config
 from tfdist.cluster.environment import ClusterEnvironment, available_environments, detect
+
+# In this order: TF_CONFIG wins, then a Kubernetes pod, then SLURM.
+environment.register(tf_config.TFConfigEnvironment())
+environment.register(kubernetes.KubernetesEnvironment())
+environment.register(slurm.SLURMEnvironment())
 
 __all__ = ["CHIEF", "CLUSTER_TASK_TYPES", "ClusterEnvironment", "ClusterSpec", "EVALUATOR",
            "LOOPBACK_HOSTS", "PS", "TASK_TYPES", "TF_CONFIG_KEYS", "TaskSpec", "WORKER",

@@ -3,9 +3,9 @@
 A `ClusterEnvironment` knows one way a process learns that it is a task of a
 cluster: `TF_CONFIG` (`tf_config.TFConfigEnvironment`), a Kubernetes Indexed
 Job (`kubernetes.KubernetesEnvironment`), a SLURM job step
-(`slurm.SLURMEnvironment`). Each is registered here when `tfdist.cluster` is
-imported; `detect` asks them in registration order and returns the first that
-applies.
+(`slurm.SLURMEnvironment`). `tfdist.cluster` registers each in `ENVIRONMENTS`,
+in that order; `detect` asks them in registration order and returns the first
+that applies.
 
 Resolution, as everywhere in tfdist: an explicit cluster argument, else the
 environment, else none (a single process). `resolve` does exactly that.
@@ -21,10 +21,11 @@ import abc
 import os
 from typing import List, Mapping, Optional
 
+from tfdist import registry
+
 # "ClusterSpec" in annotations is tfdist.cluster.spec.ClusterSpec, not imported:
 # spec imports this module, and the way through the code runs one way.
 
-_ENVIRONMENTS: List["ClusterEnvironment"] = []
 
 
 class ClusterEnvironment(abc.ABC):
@@ -44,21 +45,23 @@ class ClusterEnvironment(abc.ABC):
     return f"{type(self).__name__}()"
 
 
+ENVIRONMENTS: registry.Registry[ClusterEnvironment] = registry.Registry("cluster environment")
+
+
 def register(environment: ClusterEnvironment) -> ClusterEnvironment:
-  """Adds `environment` after the ones already registered; returns it."""
-  _ENVIRONMENTS.append(environment)
-  return environment
+  """Adds `environment` under its name, after the ones already registered; returns it."""
+  return ENVIRONMENTS.register(environment.name, environment)
 
 
 def available_environments() -> List[str]:
   """The registered environments' names, in the order `detect` asks them."""
-  return [e.name for e in _ENVIRONMENTS]
+  return ENVIRONMENTS.names()
 
 
 def detect(environ: Optional[Mapping[str, str]] = None) -> Optional[ClusterEnvironment]:
   """The first registered environment that applies to `environ` (default os.environ)."""
   environ = os.environ if environ is None else environ
-  return next((e for e in _ENVIRONMENTS if e.detect(environ)), None)
+  return next((e for _, e in ENVIRONMENTS.items() if e.detect(environ)), None)
 
 
 def resolve(cluster: Optional["ClusterSpec"] = None,

@@ -42,6 +42,3 @@ class KubernetesEnvironment(environment.ClusterEnvironment):
       raise ValueError(f"`{TEMPLATE_ENV}` is not a TF_CONFIG with {INDEX_PLACEHOLDER} for "
                        f"the index ({e}). Received: {environ[TEMPLATE_ENV]!r}") from None
     return spec_lib.ClusterSpec.from_tf_config(fill_template(environ[TEMPLATE_ENV], index))
-
-
-environment.register(KubernetesEnvironment())

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
-from tfdist.cluster import spec as cluster_lib
+from tfdist.cluster import spec as spec_lib
 
 TIMEOUT_ENV = "TFDIST_PREFLIGHT_TIMEOUT"
 DEFAULT_TIMEOUT = 30.0
@@ -77,7 +77,7 @@ def resolve(address: str) -> List[Tuple[int, tuple]]:
   Every one, as `socket.create_connection` tries them: "localhost" may be ::1
   first while the task listens on 127.0.0.1 only.
   """
-  host, port = cluster_lib.split_address(address)
+  host, port = spec_lib.split_address(address)
   try:
     infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
   except OSError:  # Unknown host: unreachable for now (DNS may catch up).
@@ -141,8 +141,8 @@ def probe(addresses: Iterable[str], timeout: float = _PROBE_SECONDS, *,
   return answered
 
 
-def wait_for_tasks(spec: cluster_lib.ClusterSpec, *, timeout: Optional[float] = None,
-                   tasks: Optional[Iterable[cluster_lib.TaskSpec]] = None) -> float:
+def wait_for_tasks(spec: spec_lib.ClusterSpec, *, timeout: Optional[float] = None,
+                   tasks: Optional[Iterable[spec_lib.TaskSpec]] = None) -> float:
   """Waits until every task (default: all but `spec.task`) accepts connections.
 
   Every pending task is probed at once in each sweep, so a cluster of hundreds
@@ -163,7 +163,7 @@ def wait_for_tasks(spec: cluster_lib.ClusterSpec, *, timeout: Optional[float] = 
   timeout = preflight_timeout(timeout)
   if tasks is None:
     tasks = [t for t in spec.tasks() if t != spec.task]
-  pending = {t: spec.address(t) for t in tasks if t.type != cluster_lib.EVALUATOR}
+  pending = {t: spec.address(t) for t in tasks if t.type != spec_lib.EVALUATOR}
   start = time.monotonic()
   deadline = start + timeout
   resolved: Dict[str, List[Tuple[int, tuple]]] = {}
@@ -192,7 +192,7 @@ def wait_for_tasks(spec: cluster_lib.ClusterSpec, *, timeout: Optional[float] = 
   return time.monotonic() - start
 
 
-def rendezvous(spec: cluster_lib.ClusterSpec, *, timeout: Optional[float] = None) -> float:
+def rendezvous(spec: spec_lib.ClusterSpec, *, timeout: Optional[float] = None) -> float:
   """Listens on this task's port while waiting for every other task; see module doc.
 
   Raises:
@@ -203,13 +203,13 @@ def rendezvous(spec: cluster_lib.ClusterSpec, *, timeout: Optional[float] = None
   own = spec.address(spec.task) if spec.task is not None else None
   if own is None:
     return wait_for_tasks(spec, timeout=timeout)
-  host, port = cluster_lib.split_address(own)
+  host, port = spec_lib.split_address(own)
   family = socket.AF_INET6 if ":" in host else socket.AF_INET
   listener = socket.socket(family, socket.SOCK_STREAM)
   listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
   try:
     # Bind where TF will listen: "localhost" stays on loopback.
-    listener.bind(("" if host not in cluster_lib.LOOPBACK_HOSTS else host, int(port)))
+    listener.bind(("" if host not in spec_lib.LOOPBACK_HOSTS else host, int(port)))
   except OSError as e:
     listener.close()
     raise RuntimeError(

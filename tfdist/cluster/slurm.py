@@ -22,7 +22,8 @@ import os
 from typing import List, Mapping, Optional
 
 from tfdist.cluster import environment
-from tfdist.cluster import spec as cluster_lib
+from tfdist.cluster import spec as spec_lib
+from tfdist.internals import tensorflow as tf_internals
 
 PORT_BASE_ENV = "TFDIST_SLURM_PORT_BASE"
 RESV_PORTS_ENV = "SLURM_STEP_RESV_PORTS"
@@ -39,9 +40,8 @@ def in_slurm_step(environ: Optional[Mapping[str, str]] = None) -> bool:
 
 def _expand(environ: Mapping[str, str]):
   # TF's own hostlist parsing is right; only its task-to-GPU mapping is not.
-  from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as tf_slurm
-  nodes = tf_slurm.expand_hostlist(environ["SLURM_STEP_NODELIST"])
-  per_node = tf_slurm.expand_tasks_per_node(environ["SLURM_STEP_TASKS_PER_NODE"])
+  nodes = tf_internals.expand_slurm_hostlist(environ["SLURM_STEP_NODELIST"])
+  per_node = tf_internals.expand_slurm_tasks_per_node(environ["SLURM_STEP_TASKS_PER_NODE"])
   return nodes, per_node
 
 
@@ -87,7 +87,7 @@ def reserved_ports(environ: Mapping[str, str]) -> Optional[List[int]]:
 
 
 def cluster_spec_from_slurm(environ: Optional[Mapping[str, str]] = None, *,
-                            num_ps: Optional[int] = None) -> cluster_lib.ClusterSpec:
+                            num_ps: Optional[int] = None) -> spec_lib.ClusterSpec:
   """The job step's cluster, seen from this task.
 
   With `num_ps` (or `TFDIST_SLURM_NUM_PS`) > 0, task 0 is the chief, the next
@@ -133,18 +133,18 @@ def cluster_spec_from_slurm(environ: Optional[Mapping[str, str]] = None, *,
           f"Parameter-server training needs a chief, {num_ps} ps and at least one "
           f"worker: {num_ps + 2} tasks, but the step has {num_tasks}. Ask sbatch for "
           f"--ntasks={num_ps + 2} or more. Received: num_ps={num_ps}")
-    jobs = {cluster_lib.CHIEF: addresses[:1], cluster_lib.PS: addresses[1:1 + num_ps],
-            cluster_lib.WORKER: addresses[1 + num_ps:]}
+    jobs = {spec_lib.CHIEF: addresses[:1], spec_lib.PS: addresses[1:1 + num_ps],
+            spec_lib.WORKER: addresses[1 + num_ps:]}
     if rank == 0:
-      task = cluster_lib.TaskSpec(cluster_lib.CHIEF, 0)
+      task = spec_lib.TaskSpec(spec_lib.CHIEF, 0)
     elif rank <= num_ps:
-      task = cluster_lib.TaskSpec(cluster_lib.PS, rank - 1)
+      task = spec_lib.TaskSpec(spec_lib.PS, rank - 1)
     else:
-      task = cluster_lib.TaskSpec(cluster_lib.WORKER, rank - 1 - num_ps)
+      task = spec_lib.TaskSpec(spec_lib.WORKER, rank - 1 - num_ps)
   else:
-    jobs = {cluster_lib.WORKER: addresses}
-    task = cluster_lib.TaskSpec(cluster_lib.WORKER, rank)
-  return cluster_lib.ClusterSpec(jobs, task=task)
+    jobs = {spec_lib.WORKER: addresses}
+    task = spec_lib.TaskSpec(spec_lib.WORKER, rank)
+  return spec_lib.ClusterSpec(jobs, task=task)
 
 
 class SLURMEnvironment(environment.ClusterEnvironment):
@@ -156,8 +156,5 @@ class SLURMEnvironment(environment.ClusterEnvironment):
     return in_slurm_step(environ) and environ["SLURM_STEP_NUM_TASKS"].isdigit() \
         and int(environ["SLURM_STEP_NUM_TASKS"]) > 1
 
-  def cluster_spec(self, environ: Mapping[str, str]) -> cluster_lib.ClusterSpec:
+  def cluster_spec(self, environ: Mapping[str, str]) -> spec_lib.ClusterSpec:
     return cluster_spec_from_slurm(environ)
-
-
-environment.register(SLURMEnvironment())

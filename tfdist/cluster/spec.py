@@ -18,11 +18,13 @@ Example:
 """
 
 import dataclasses
+import functools
 import ipaddress
 import json
 import os
 import re
 import socket
+import types
 import warnings
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -68,7 +70,7 @@ class ClusterSpec:
   >>> os.environ["TF_CONFIG"] = spec.tf_config("worker", 0)  # in worker 0
 
   Attributes:
-    jobs: job name -> tuple of "host:port" addresses.
+    jobs: job name -> tuple of "host:port" addresses (a read-only mapping).
     task: the task this process is, when known (from `TF_CONFIG`), else None.
     has_evaluator: whether a sidecar evaluator task exists beside the cluster.
   """
@@ -80,9 +82,16 @@ class ClusterSpec:
       task: Optional[TaskSpec] = None,
       has_evaluator: bool = False,
   ):
-    self.jobs = _validate_jobs(jobs)
-    self.has_evaluator = bool(has_evaluator or (task is not None and task.type == EVALUATOR))
-    self.task = _validate_task(task, self.jobs) if task is not None else None
+    jobs = types.MappingProxyType(_validate_jobs(jobs))  # A read-only view.
+    set_once = functools.partial(object.__setattr__, self)
+    set_once("jobs", jobs)
+    set_once("has_evaluator",
+             bool(has_evaluator or (task is not None and task.type == EVALUATOR)))
+    set_once("task", _validate_task(task, jobs) if task is not None else None)
+
+  def __setattr__(self, name, value):
+    raise AttributeError(f"ClusterSpec is immutable: build a new one (e.g. "
+                         f"spec.with_task(...)). Received: {name}={value!r}")
 
   # ----------------------------------------------------------------- constructors
 
@@ -190,7 +199,7 @@ class ClusterSpec:
           f"listens beyond this machine; use one of {list(LOOPBACK_HOSTS)}. "
           f"Received: host={host!r}")
     counts = {CHIEF: int(bool(chief)), WORKER: workers, PS: ps}
-    ports = iter(pick_unused_ports(sum(counts.values())))
+    ports = iter(pick_unused_ports(sum(counts.values()), host=host))
     jobs = {job: [f"{_bracket(host)}:{next(ports)}" for _ in range(n)]
             for job, n in counts.items() if n}
     return cls(jobs, has_evaluator=evaluator)
@@ -283,6 +292,9 @@ class ClusterSpec:
   def __eq__(self, other) -> bool:
     return (isinstance(other, ClusterSpec) and self.jobs == other.jobs
             and self.task == other.task and self.has_evaluator == other.has_evaluator)
+
+  def __hash__(self) -> int:
+    return hash((tuple(sorted(self.jobs.items())), self.task, self.has_evaluator))
 
   def __repr__(self) -> str:
     parts = [f"{job}={list(self.jobs[job])}" for job in CLUSTER_TASK_TYPES if job in self.jobs]
@@ -472,20 +484,26 @@ def count_workers(jobs: Mapping[str, Sequence[str]]) -> int:
   return len(jobs.get(WORKER, ())) + len(jobs.get(CHIEF, ()))
 
 
-def pick_unused_ports(count: int) -> Tuple[int, ...]:
-  """`count` distinct TCP ports free on loopback right now.
+def pick_unused_ports(count: int, host: str = "127.0.0.1") -> Tuple[int, ...]:
+  """`count` distinct TCP ports free on loopback `host` right now.
 
-  All sockets stay open until every port is picked, so the ports are distinct.
-  Another process may still take one before the cluster binds it; the task
-  then fails at once with an error naming the port (`preflight.rendezvous`),
-  and nothing retries on other ports.
+  On the address family of `host` ("::1" is IPv6; "localhost" and "127.0.0.1"
+  IPv4). All sockets stay open until every port is picked, so the ports are
+  distinct. Another process may still take one before the cluster binds it;
+  the task then fails at once with an error naming the port
+  (`preflight.rendezvous`), and nothing retries on other ports.
   """
+  if host not in LOOPBACK_HOSTS:
+    raise ValueError(f"`host` must be a loopback address, one of {list(LOOPBACK_HOSTS)}, so "
+                     f"that nothing listens beyond this machine. Received: {host!r}")
+  family, address = ((socket.AF_INET6, "::1") if host == "::1"
+                     else (socket.AF_INET, "127.0.0.1"))
   sockets = []
   try:
     for _ in range(count):
-      s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-      s.bind(("127.0.0.1", 0))
+      s = socket.socket(family, socket.SOCK_STREAM)
       sockets.append(s)
+      s.bind((address, 0))
     return tuple(s.getsockname()[1] for s in sockets)
   finally:
     for s in sockets:

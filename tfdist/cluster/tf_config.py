@@ -22,6 +22,3 @@ class TFConfigEnvironment(environment.ClusterEnvironment):
 
   def cluster_spec(self, environ: Mapping[str, str]) -> spec_lib.ClusterSpec:
     return spec_lib.ClusterSpec.from_tf_config(environ[TF_CONFIG_ENV])
-
-
-environment.register(TFConfigEnvironment())

@@ -17,6 +17,7 @@ Example:
 input-bound: 37% of step time waiting for data (highly input-bound: ...)
 """
 
+import logging
 import dataclasses
 import statistics
 import time
@@ -26,6 +27,10 @@ import tensorflow as tf
 import tf_keras
 
 from tfdist.data import distributed_input
+from tfdist.internals import keras as keras_internals
+from tfdist.internals import tf_keras as tf_keras_internals
+
+logger = logging.getLogger("tfdist")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,12 +174,12 @@ class InputBoundReport(tf_keras.callbacks.Callback):
     if self._enabled:
       self.model.train_function = self._train_function
     if self.skipped and self.verbose:
-      print(f"input-bound report: not measured: {self.skipped}", flush=True)
+      logger.info("input-bound report: not measured: %s", self.skipped)
     if not self.per_epoch:
       return
     self.result = sorted(self.per_epoch, key=lambda r: r.share)[(len(self.per_epoch) - 1) // 2]
     if self.verbose:
-      print(self.result, flush=True)
+      logger.info("%s", self.result)
 
   def _time_compute(self, strategy) -> float:
     if self._cached is None:
@@ -213,7 +218,7 @@ def _layers(model) -> list:
   """Every layer inside `model`, nested ones included, in either Keras."""
   if isinstance(model, tf_keras.Model):
     return [m for m in model.submodules if isinstance(m, tf_keras.layers.Layer)]
-  return model._flatten_layers(include_self=False)  # Keras 3: no public recursive list.
+  return keras_internals.flatten_layers(model)  # Keras 3: no public recursive list.
 
 
 def _optimizer_variables(optimizer) -> list:
@@ -224,7 +229,6 @@ def _optimizer_variables(optimizer) -> list:
 def _is_random(layer) -> bool:
   """Whether a Keras layer draws random numbers in training (Dropout, RandomFlip, ...)."""
   if isinstance(layer, tf_keras.layers.Layer):
-    from tf_keras.src.engine import base_layer  # The one base class they share.
-    return isinstance(layer, base_layer.BaseRandomLayer)
+    return tf_keras_internals.is_random_layer(layer)
   import keras  # Keras 3: random layers hold a SeedGenerator.
   return any(isinstance(value, keras.random.SeedGenerator) for value in vars(layer).values())

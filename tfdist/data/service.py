@@ -32,7 +32,8 @@ from typing import Optional, Union
 
 import tensorflow as tf
 
-from tfdist.cluster import data_service as spec_lib
+from tfdist.cluster import data_service as data_service_lib
+from tfdist.internals import tensorflow as tf_internals
 
 _SERVICE = tf.data.experimental.service
 PROCESSING_MODES = {
@@ -94,13 +95,13 @@ def distribute(dataset: tf.data.Dataset,
         "'Could not find callback with key=pyfunc_0'). Express the map in TensorFlow ops, "
         "or apply these functions after `distribute`, in the trainer. Received: a dataset "
         f"with {sorted(python_ops)}")
-  env_service, env_job = spec_lib.from_env(os.environ)
+  env_service, env_job = data_service_lib.from_env(os.environ)
   service = service or env_service
   if not service:
     raise ValueError(
         f"No tf.data service to distribute to: run under `tfdist launch --data_workers N` "
-        f"(it sets {spec_lib.SERVICE_ENV}) or pass service='grpc://host:port'. Received: "
-        f"service=None and {spec_lib.SERVICE_ENV} unset")
+        f"(it sets {data_service_lib.SERVICE_ENV}) or pass service='grpc://host:port'. Received: "
+        f"service=None and {data_service_lib.SERVICE_ENV} unset")
   # Without a shared name every trainer would get its own job: each would read
   # the whole epoch in "distributed_epoch" mode. Each dataset needs its own
   # name (a job serves one dataset), the same in every trainer: the n-th call
@@ -120,9 +121,7 @@ _PYTHON_OPS = {"EagerPyFunc", "PyFunc", "PyFuncStateless"}
 
 def _python_ops(dataset: tf.data.Dataset) -> set:
   """The Python-function ops (tf.py_function, tf.numpy_function) in `dataset`'s graph."""
-  # The serialized graph is what the service ships; TF has no public reader of it.
-  graph = tf.compat.v1.GraphDef.FromString(
-      dataset._as_serialized_graph().numpy())  # pylint: disable=protected-access
+  graph = tf_internals.dataset_graph(dataset)
   ops = {node.op for node in graph.node}
   ops.update(node.op for function in graph.library.function for node in function.node_def)
   return ops & _PYTHON_OPS

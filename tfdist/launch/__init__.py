@@ -15,14 +15,20 @@ Example:
 0
 """
 
+# Their own dependencies (PyYAML, sbatch) load only when used.
+from tfdist.launch import kubernetes
+from tfdist.launch import launcher
+from tfdist.launch import local
+from tfdist.launch import slurm
 from tfdist.launch.launcher import Job, Launcher, available_launchers, make_launcher
 from tfdist.launch.local import (GRACE_PERIOD_SECONDS, NETWORKS, TIMEOUT_EXIT_CODE,
                                  LaunchError, LocalLauncher, launch_local, must_finish,
                                  task_environment)
 from tfdist.launch.notebook import notebook_launch
-# Registered on import; their own dependencies (PyYAML, sbatch) load only when used.
-from tfdist.launch import kubernetes  # pylint: disable=g-bad-import-order
-from tfdist.launch import slurm
+
+launcher.register(local.LocalLauncher)
+launcher.register(slurm.SlurmLauncher)
+launcher.register(kubernetes.KubernetesLauncher)
 
 __all__ = ["GRACE_PERIOD_SECONDS", "Job", "LaunchError", "Launcher", "LocalLauncher", "NETWORKS", "TIMEOUT_EXIT_CODE",
            "available_launchers", "launch_local", "make_launcher", "must_finish",

@@ -22,7 +22,7 @@ fails the job (resubmit it to resume from the backup). Tasks wait
 on a busy cluster.
 
 With ps tasks, ps and worker pods only serve; each exits with 0 within seconds
-of the chief's end (`tfdist.servers.serve` watches the chief), so their Jobs
+of the chief's end (`tfdist.strategies.servers.serve` watches the chief), so their Jobs
 complete when training does, with no success policy needed. Indexed Jobs need
 Kubernetes 1.24 or newer (Indexed completion mode is GA there); the TFJob needs
 Kubeflow's training operator.
@@ -52,7 +52,7 @@ from typing import Dict, List, Optional, Sequence, TextIO
 
 from tfdist.cluster import data_service as data_service_lib
 from tfdist.cluster import kubernetes as kubernetes_environment
-from tfdist.cluster import spec as cluster_lib
+from tfdist import cluster as cluster_lib
 from tfdist.launch import launcher as launcher_lib
 from tfdist.launch import task_keras
 
@@ -111,7 +111,7 @@ def restart_policy(job: str, ps: int) -> str:
   """The pod restart policy of a task type: OnFailure, or Never where a restart cannot help.
 
   Under parameter servers the ps and worker tasks stop serving once the chief is
-  gone (`tfdist.servers.serve`), so a restarted chief would find nobody to
+  gone (`tfdist.strategies.servers.serve`), so a restarted chief would find nobody to
   train with, and a restarted ps has lost its variables: both fail the job.
   """
   if ps and job in (cluster_lib.CHIEF, cluster_lib.PS):
@@ -309,9 +309,10 @@ def to_yaml(docs: List[dict]) -> str:
 MANIFESTS = {"tfjob": tfjob, "indexed": indexed_jobs}
 
 
-@launcher_lib.register("kubernetes")
 class KubernetesLauncher(launcher_lib.Launcher):
   """Writes the job's manifests (TFJob or Indexed Jobs) for `kubectl apply -f -`; runs nothing."""
+
+  name = "kubernetes"
 
   def __init__(self, *, kind: str = "indexed", image: str, name: str = "tfdist",
                namespace: str = "default", output: Optional[TextIO] = None,

@@ -14,9 +14,10 @@ Example:
 
 import abc
 import dataclasses
-from typing import Any, Callable, Dict, List, Sequence, Tuple, Type
+from typing import Any, List, Sequence, Tuple, Type
 
-from tfdist.cluster import spec as cluster_lib
+from tfdist import cluster as cluster_lib
+from tfdist import registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,21 +73,17 @@ class Launcher(abc.ABC):
     """Runs `command` as every task of `job`; returns the job's exit code."""
 
 
-_LAUNCHERS: Dict[str, Type[Launcher]] = {}
+LAUNCHERS: registry.Registry[Type[Launcher]] = registry.Registry("launcher")
 
 
-def register(name: str) -> Callable[[Type[Launcher]], Type[Launcher]]:
-  """Class decorator: registers a `Launcher` under `name`."""
-  def decorator(cls):
-    cls.name = name
-    _LAUNCHERS[name] = cls
-    return cls
-  return decorator
+def register(launcher: Type[Launcher]) -> Type[Launcher]:
+  """Registers the `Launcher` class under its `name`; returns it."""
+  return LAUNCHERS.register(launcher.name, launcher)
 
 
 def available_launchers() -> List[str]:
-  """The registered launcher names."""
-  return sorted(_LAUNCHERS)
+  """The registered launcher names, sorted."""
+  return sorted(LAUNCHERS.names())
 
 
 def make_launcher(name: str, /, **options: Any) -> Launcher:
@@ -95,7 +92,4 @@ def make_launcher(name: str, /, **options: Any) -> Launcher:
   Raises:
     ValueError: unknown name.
   """
-  if name not in _LAUNCHERS:
-    raise ValueError(f"Unknown launcher. Valid launchers: {available_launchers()}. "
-                     f"Received: {name!r}")
-  return _LAUNCHERS[name](**options)
+  return LAUNCHERS.get(name)(**options)

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from typing import Callable, Iterator, List, Optional
 
-from tfdist.cluster import spec as cluster_lib
+from tfdist import cluster as cluster_lib
 
 # The holder: in the new namespace `lo` starts down; bring it up (SIOCGIFFLAGS,
 # SIOCSIFFLAGS with IFF_UP), say so, then live until the launcher closes stdin.

@@ -199,9 +199,10 @@ def _stream(path: str, position: int, output: TextIO) -> int:
   return position + end
 
 
-@launcher_lib.register("slurm")
 class SlurmLauncher(launcher_lib.Launcher):
   """One SLURM task per TF task, submitted with sbatch (`submit_and_wait`)."""
+
+  name = "slurm"
 
   def __init__(self, *, timeout: Optional[float] = None, workdir: Optional[str] = None,
                env: Optional[Mapping[str, str]] = None, output: Optional[TextIO] = None,

@@ -10,7 +10,7 @@ starts gets, deliberately:
 - `TF_USE_LEGACY_KERAS` for the chosen Keras: "tf_keras" (the default, under
   which `tf.keras` code trains with every strategy) or "keras3";
 - tfdist's `task_site` folder first on PYTHONPATH: its `sitecustomize` enables
-  `tfdist.keras3_workarounds` the moment Keras 3's TensorFlow trainer is
+  `tfdist.internals.keras` the moment Keras 3's TensorFlow trainer is
   imported, so `import keras` code trains under multi-worker
   MultiWorkerMirroredStrategy too, without importing tfdist. It patches nothing
   in a process that never imports Keras 3.

@@ -9,24 +9,33 @@ Example:
 
 Names: one_device, default, mirrored, central_storage (`local`),
 multi_worker_mirrored (`multi_worker_mirrored`), parameter_server
-(`parameter_server`). Each module registers its builder and the cluster
-checks it owns in `registry`. What each returns is the real TensorFlow
+(`parameter_server`). This package registers each module's builder, and the
+cluster check it owns, in `registry`, in the order below. What each returns is the real TensorFlow
 strategy class (the multi-worker and parameter-server ones are thin
 subclasses that refuse Keras 3 up front, see `keras_guard`).
 """
 
-from tfdist.strategies.registry import (ClusterArg, StrategyEntry, available_strategies,
-                                        make_strategy, register, validate_cluster)
-# Registered on import, in this order.
-from tfdist.strategies import local  # pylint: disable=g-bad-import-order
+from tfdist.strategies import local
 from tfdist.strategies import multi_worker_mirrored
 from tfdist.strategies import parameter_server
+from tfdist.strategies.registry import (STRATEGIES, ClusterArg, StrategyEntry,
+                                        available_strategies, make_strategy, register,
+                                        validate_cluster)
 from tfdist.strategies.local import CROSS_DEVICE_OPS, CentralStorageStrategy
 from tfdist.strategies.multi_worker_mirrored import (BYTES_PER_PACK, COMMUNICATION,
                                                      MultiWorkerMirroredStrategy)
 from tfdist.strategies.parameter_server import ParameterServerStrategy
 
+register("default", local.default)
+register("one_device", local.one_device)
+register("mirrored", local.mirrored)
+register("central_storage", local.central_storage)
+register("multi_worker_mirrored", multi_worker_mirrored.multi_worker_mirrored,
+         validate_cluster=multi_worker_mirrored.validate_cluster)
+register("parameter_server", parameter_server.parameter_server,
+         validate_cluster=parameter_server.validate_cluster)
+
 __all__ = ["BYTES_PER_PACK", "COMMUNICATION", "CROSS_DEVICE_OPS", "CentralStorageStrategy",
            "ClusterArg", "MultiWorkerMirroredStrategy", "ParameterServerStrategy",
-           "StrategyEntry", "available_strategies", "make_strategy", "register",
+           "STRATEGIES", "StrategyEntry", "available_strategies", "make_strategy", "register",
            "validate_cluster"]

@@ -11,21 +11,18 @@ from typing import List, Optional, Sequence
 import tensorflow as tf
 
 from tfdist.strategies import keras_guard
-from tfdist.strategies import registry
 
 logger = logging.getLogger("tfdist")
 
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
 
 
-@registry.register("default")
-def _default() -> tf.distribute.Strategy:
+def default() -> tf.distribute.Strategy:
   """TensorFlow's default strategy: no distribution at all."""
   return tf.distribute.get_strategy()
 
 
-@registry.register("one_device")
-def _one_device(device: Optional[str] = None) -> tf.distribute.Strategy:
+def one_device(device: Optional[str] = None) -> tf.distribute.Strategy:
   """One device: the first GPU if there is one, else the CPU."""
   if device is None:
     device = "/gpu:0" if tf.config.list_logical_devices("GPU") else "/cpu:0"
@@ -33,8 +30,7 @@ def _one_device(device: Optional[str] = None) -> tf.distribute.Strategy:
   return tf.distribute.OneDeviceStrategy(device)
 
 
-@registry.register("mirrored")
-def _mirrored(devices: Optional[Sequence[str]] = None,
+def mirrored(devices: Optional[Sequence[str]] = None,
               cross_device_ops: str = "auto") -> tf.distribute.Strategy:
   """Synchronous replicas on this machine's devices.
 
@@ -95,8 +91,7 @@ def _aggregate_keras_state(next_creator, **kwargs):
   return next_creator(**kwargs)
 
 
-@registry.register("central_storage")
-def _central_storage(devices: Optional[Sequence[str]] = None,
+def central_storage(devices: Optional[Sequence[str]] = None,
                      parameter_device: Optional[str] = None) -> tf.distribute.Strategy:
   """Replicated compute, variables kept once on `parameter_device` (default the CPU)."""
   devices = _compute_devices(devices)

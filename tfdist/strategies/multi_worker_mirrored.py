@@ -7,14 +7,15 @@ answers: TF's constructor waits forever for a worker that never started.
 
 import contextlib
 import logging
-from typing import Iterator, Optional
+from typing import Optional
 
 import tensorflow as tf
 
-from tfdist import keras3_workarounds
 from tfdist import keras_support
+from tfdist.internals import keras as keras_internals
+from tfdist.internals import tensorflow as tf_internals
 from tfdist.cluster import preflight as preflight_lib
-from tfdist.cluster import spec as cluster_lib
+from tfdist import cluster as cluster_lib
 from tfdist.strategies import keras_guard
 from tfdist.strategies import registry
 
@@ -41,7 +42,7 @@ class MultiWorkerMirroredStrategy(keras_guard.RefusesKeras3, keras_guard.Refuses
                                   tf.distribute.MultiWorkerMirroredStrategy):
   """`tf.distribute.MultiWorkerMirroredStrategy` under which Keras 3 trains too.
 
-  With 2+ workers it enables `keras3_workarounds.enable_multi_worker()`; for a
+  With 2+ workers it enables `keras_internals.enable_multi_worker()`; for a
   Keras 3 outside the tested versions, a Keras 3 `fit` is refused up front with
   the reason instead of failing inside its first step. So is a step compiled
   with XLA across CPU workers: XLA has no CPU collectives.
@@ -57,9 +58,9 @@ class MultiWorkerMirroredStrategy(keras_guard.RefusesKeras3, keras_guard.Refuses
     return None
 
   def _keras3_failure(self):
-    if not keras_support.is_multi_worker_mirrored(self) or keras3_workarounds.is_enabled():
+    if not keras_support.is_multi_worker_mirrored(self) or keras_internals.is_enabled():
       return None
-    return f"{keras_support.MWMS_FAILURE}; {keras3_workarounds.unsupported_reason()}"
+    return f"{keras_support.MWMS_FAILURE}; {keras_internals.unsupported_reason()}"
 
 
 def _check_devices_per_worker(devices_per_worker) -> None:
@@ -82,34 +83,7 @@ def _check_devices_per_worker(devices_per_worker) -> None:
         f"make_strategy. Received: devices_per_worker={devices_per_worker}, logical CPUs={have}")
 
 
-@contextlib.contextmanager
-def _logical_cpu_replicas(count: int) -> Iterator[None]:
-  """Makes TF's constructor take `count` logical CPUs of each worker as its replicas.
-
-  TF's MultiWorkerMirroredStrategy makes a replica of every GPU (or TPU) of a
-  worker, and of one CPU when there is none, whatever the logical CPUs
-  (`CollectiveAllReduceExtended._initialize_local_devices`). Logical CPUs
-  standing in for GPUs need that one choice changed, only while it is made.
-  """
-  from tensorflow.python.distribute import collective_all_reduce_strategy as collective
-  extended = collective.CollectiveAllReduceExtended
-  original = extended._initialize_local_devices
-
-  def local_devices(self, cluster_resolver, worker_device):
-    devices, device_type = original(self, cluster_resolver, worker_device)
-    if device_type != "CPU":
-      return devices, device_type
-    return tuple(f"{worker_device}/device:CPU:{i}" for i in range(count)), "CPU"
-
-  extended._initialize_local_devices = local_devices
-  try:
-    yield
-  finally:
-    extended._initialize_local_devices = original
-
-
-@registry.register("multi_worker_mirrored", validate_cluster=validate_cluster)
-def _multi_worker_mirrored(cluster: registry.ClusterArg = None,
+def multi_worker_mirrored(cluster: registry.ClusterArg = None,
                            communication: str = "auto",
                            bytes_per_pack: Optional[int] = None,
                            timeout_seconds: Optional[float] = None,
@@ -166,8 +140,14 @@ def _multi_worker_mirrored(cluster: registry.ClusterArg = None,
   if spec is not None:
     preflight_lib.rendezvous(spec, timeout=preflight_timeout)
   try:
-    with (_logical_cpu_replicas(devices_per_worker) if devices_per_worker
-          else contextlib.nullcontext()):
+    with (tf_internals.logical_cpu_replicas(devices_per_worker) if devices_per_worker
+          else contextlib.nullcontext(True)) as applied:
+      if not applied:
+        low, high = (".".join(map(str, v)) for v in tf_internals.TESTED)
+        raise RuntimeError(
+            f"`devices_per_worker` changes a private TensorFlow choice tested with TensorFlow "
+            f"{low} to {high} only; install one of those, or leave it None. "
+            f"Received: TensorFlow {tf.__version__}")
       strategy = MultiWorkerMirroredStrategy(cluster_resolver=resolver,
                                              communication_options=options)
   except (ValueError, RuntimeError) as e:
@@ -179,5 +159,5 @@ def _multi_worker_mirrored(cluster: registry.ClusterArg = None,
           f"Received: {e}") from e
     raise
   if keras_support.is_multi_worker_mirrored(strategy):
-    keras3_workarounds.enable_multi_worker()
+    keras_internals.enable_multi_worker()
   return strategy

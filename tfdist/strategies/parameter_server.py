@@ -11,9 +11,9 @@ from typing import Optional
 import tensorflow as tf
 
 from tfdist import keras_support
-from tfdist import servers as servers_lib
+from tfdist.strategies import servers as servers_lib
 from tfdist.cluster import preflight as preflight_lib
-from tfdist.cluster import spec as cluster_lib
+from tfdist import cluster as cluster_lib
 from tfdist.strategies import keras_guard
 from tfdist.strategies import registry
 
@@ -52,8 +52,7 @@ class ParameterServerStrategy(keras_guard.RefusesKeras3, keras_guard.RefusesJitC
     return tf.distribute.experimental.coordinator.ClusterCoordinator(self)
 
 
-@registry.register("parameter_server", validate_cluster=validate_cluster)
-def _parameter_server(cluster: registry.ClusterArg = None,
+def parameter_server(cluster: registry.ClusterArg = None,
                       num_ps_shards: Optional[int] = None,
                       min_shard_bytes: Optional[int] = None,
                       in_process: bool = False,

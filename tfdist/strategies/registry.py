@@ -1,7 +1,7 @@
 """The strategy registry: a name, its builder, and the cluster checks it owns.
 
-Each strategy module registers its builder with `register(name,
-validate_cluster=...)`; `make_strategy(name, **options)` checks the options
+`tfdist.strategies` registers each builder with `register(name, builder,
+validate_cluster=...)`, in a fixed order; `make_strategy(name, **options)` checks the options
 against the builder's signature and builds it. A cluster strategy resolves its
 cluster with `cluster_resolver`: an explicit `ClusterSpec` or TF resolver,
 else the environment (TF_CONFIG, Kubernetes, SLURM), else none; the spec is
@@ -9,20 +9,21 @@ checked by the strategy's own validator.
 
 Example:
 
->>> @register("my_strategy")
-... def _build(devices=None):
+>>> def my_strategy(devices=None):
 ...   return tf.distribute.MirroredStrategy(devices)
+>>> register("my_strategy", my_strategy)
 >>> make_strategy("my_strategy").num_replicas_in_sync
 """
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, List, Optional, Union
 
 import tensorflow as tf
 
+from tfdist import cluster as cluster_lib
+from tfdist import registry
 from tfdist.cluster import environment
-from tfdist.cluster import spec as cluster_lib
 
 ClusterArg = Union[None, cluster_lib.ClusterSpec,
                    tf.distribute.cluster_resolver.ClusterResolver]
@@ -38,20 +39,18 @@ class StrategyEntry:
   validate_cluster: Optional[Validator] = None
 
 
-_ENTRIES: Dict[str, StrategyEntry] = {}
+STRATEGIES: registry.Registry[StrategyEntry] = registry.Registry("strategy")
 
 
-def register(name: str, *, validate_cluster: Optional[Validator] = None):
-  """Decorator: registers a strategy builder under `name`, with its cluster check."""
-  def decorator(builder):
-    _ENTRIES[name] = StrategyEntry(name, builder, validate_cluster)
-    return builder
-  return decorator
+def register(name: str, builder: Callable[..., tf.distribute.Strategy], *,
+             validate_cluster: Optional[Validator] = None) -> StrategyEntry:
+  """Registers `builder` as strategy `name`, with its cluster check; returns the entry."""
+  return STRATEGIES.register(name, StrategyEntry(name, builder, validate_cluster))
 
 
 def available_strategies() -> List[str]:
-  """The registered strategy names."""
-  return sorted(_ENTRIES)
+  """The registered strategy names, sorted."""
+  return sorted(STRATEGIES.names())
 
 
 def entry(name: str) -> StrategyEntry:
@@ -60,11 +59,7 @@ def entry(name: str) -> StrategyEntry:
   Raises:
     ValueError: unknown name; the message lists the valid ones.
   """
-  if name not in _ENTRIES:
-    raise ValueError(
-        f"Unknown strategy name. Valid names: {available_strategies()}. "
-        f"Received: {name!r}")
-  return _ENTRIES[name]
+  return STRATEGIES.get(name)
 
 
 def make_strategy(name: str, **options: Any) -> tf.distribute.Strategy:

@@ -1,0 +1,33 @@
+"""`tfdist launch`: the main's exit codes, prefixes and errors (the launching is tfdist.launch's)."""
+
+import sys
+
+import helpers
+
+PY = sys.executable
+
+
+class TestCli:
+
+  def test_exit_code_and_prefixes(self):
+    result = helpers.run(helpers.tfdist_cli(
+        "launch", "--workers=2", "--", PY, "-c", "import sys; print('hi'); sys.exit(0)"),
+        timeout=60)
+    assert result.returncode == 0
+    assert "[worker:0] hi" in result.stdout and "[worker:1] hi" in result.stdout
+
+  def test_crash_at_import_is_the_exit_code(self):
+    result = helpers.run(helpers.tfdist_cli(
+        "launch", "--workers=2", "--", PY, "-c", "import no_such_module_xyz"), timeout=60)
+    assert result.returncode == 1
+    assert "ModuleNotFoundError: No module named 'no_such_module_xyz'" in result.stdout
+
+  def test_command_not_found(self):
+    result = helpers.run(helpers.tfdist_cli("launch", "--", "no-such-program-xyz"), timeout=60)
+    assert result.returncode == 127
+    assert "Could not start task worker:0" in result.stdout
+
+  def test_no_command(self):
+    result = helpers.run(helpers.tfdist_cli("launch", "--workers=2"), timeout=60)
+    assert result.returncode == 2
+    assert "give the command after '--'" in result.stdout

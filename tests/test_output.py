@@ -1,0 +1,67 @@
+"""tfdist.output: library code logs; the `tfdist` logger shows, silences and redirects."""
+
+import subprocess
+import sys
+
+import pytest
+
+import helpers
+from tfdist import output
+
+SAY = ("import logging, tfdist; log = logging.getLogger('tfdist'); "
+       "log.info('an info line'); log.warning('a warning')")
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=60, check=True)
+
+
+def test_info_goes_to_stdout_and_warnings_to_stderr_as_bare_messages():
+  done = _python(SAY)
+  assert done.stdout == "an info line\n" and done.stderr == "a warning\n"
+
+
+def test_an_application_logging_setup_gets_each_record_once():
+  done = _python("import logging; logging.basicConfig(format='app: %(message)s'); " + SAY)
+  # basicConfig leaves the root at WARNING, but a record of tfdist's own level
+  # reaches the root's handler: once, in the application's format.
+  assert done.stdout == ""
+  assert done.stderr == "app: an info line\napp: a warning\n"
+
+
+def test_it_can_be_silenced_by_level_or_by_name():
+  done = _python("import logging; logging.getLogger('tfdist').setLevel(logging.WARNING); " + SAY)
+  assert done.stdout == "" and done.stderr == "a warning\n"
+  done = _python("import logging, tfdist; tfdist.output.set_verbosity('error'); "
+                 + SAY.split("; ", 1)[1])
+  assert done.stdout == "" and done.stderr == ""
+
+
+def test_a_bad_verbosity_names_the_choices():
+  with pytest.raises(ValueError, match=r"`verbosity` must be one of \['debug', 'info', "
+                                       r"'warning', 'error'\]. Received: 'loud'"):
+    output.set_verbosity("loud")
+
+
+def test_a_main_shows_tfdist_on_the_console_beside_absl_handlers():
+  # absl's app.run puts its handler on the root logger; a main's lines still show
+  # as they always printed, on stdout, and only once.
+  code = ("import logging; from absl import logging as absl_logging; "
+          "absl_logging.use_absl_handler(); from tfdist import output; "
+          "output.show_on_console(); " + SAY)
+  done = _python(code)
+  assert done.stdout == "an info line\n"
+  assert done.stderr.count("a warning") == 1
+
+
+@pytest.mark.slow
+def test_the_cli_verbosity_flag_quietens_tfdist_lines():
+  common = ["train", "--epochs=2", "--batch_size=256"]
+  shown = helpers.run(helpers.tfdist_cli(*common), timeout=120)
+  quiet = helpers.run(helpers.tfdist_cli(*common, "--verbosity=-1"), timeout=120)
+  assert shown.returncode == quiet.returncode == 0, quiet.stdout[-2000:]
+  # The input-bound report is tfdist's line (Keras's epoch lines are Keras's, --verbose).
+  assert "input-bound:" in shown.stdout and "input-bound:" not in quiet.stdout
+  # The main's own result line is printed either way.
+  assert "strategy=one_device" in shown.stdout and "strategy=one_device" in quiet.stdout

@@ -1,0 +1,75 @@
+"""tfdist.training.job: the default job trains under a strategy and reports numbers."""
+
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfdist.training import job
+from tfdist.data import digits
+
+
+def test_embedded_digits_split_is_fixed_and_real():
+  (x_train, y_train), (x_test, y_test) = digits.load_digits()
+  assert x_train.shape == (1437, 8, 8, 1) and x_test.shape == (360, 8, 8, 1)
+  assert 0.0 <= x_train.min() and x_train.max() == 1.0
+  assert set(np.unique(y_train)) == set(range(10))
+  (again, _), _ = digits.load_digits()
+  np.testing.assert_array_equal(x_train, again)
+
+
+def test_mirrored_matches_one_device_on_the_default_job():
+  config = job.TrainConfig(strategy="one_device", epochs=3, verbose=0)
+  single = job.train(config)
+  mirrored = job.train(job.TrainConfig(strategy="mirrored", epochs=3, verbose=0))
+  assert mirrored.replicas == 2 and single.replicas == 1
+  np.testing.assert_allclose(mirrored.losses, single.losses, rtol=1e-3)
+  assert single.losses[-1] < single.losses[0]
+  assert single.examples_per_second > 0 and single.step_time_ms > 0
+
+
+def test_keras3_trains_the_default_job_like_tf_keras():
+  keras3 = job.train(job.TrainConfig(strategy="mirrored", epochs=3, verbose=0,
+                                               keras="keras3"))
+  assert keras3.keras == "keras3" and keras3.replicas == 2
+  assert keras3.losses[-1] < 0.85 * keras3.losses[0]
+  assert keras3.input_bound is not None  # The input report measures Keras 3 steps too.
+
+
+def test_keras3_models_cannot_compress_gradients():
+  with pytest.raises(ValueError, match=r"compress_gradients works with tf_keras optimizers "
+                     r"only.*Received: a Keras 3 model"):
+    job.train(job.TrainConfig(strategy="mirrored", epochs=1, verbose=0,
+                                        keras="keras3", compress_gradients=True))
+
+
+def test_dataset_fn_shards_by_input_pipeline():
+  images = np.arange(8, dtype="float32").reshape(8, 1)
+  labels = np.arange(8)
+  fn = job.make_dataset_fn(images, labels, global_batch_size=4, seed=0)
+  seen = []
+  for pipeline in range(2):
+    context = tf.distribute.InputContext(
+        num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=2)
+    batch = next(iter(fn(context)))
+    assert batch[0].shape == (2, 1)  # Per-replica batch: 4 / 2.
+    seen.append(set(fn(context).take(4).unbatch().map(lambda x, y: y).as_numpy_iterator()))
+  assert seen[0] == {0, 2, 4, 6} and seen[1] == {1, 3, 5, 7}
+
+
+def test_steps_per_epoch_come_from_the_cardinality_and_only_else_from_one_pass(caplog):
+  caplog.set_level(logging.INFO, logger="tfdist")
+  read = []
+
+  def counted(x):
+    read.append(1)  # Runs only when the data is read.
+    return x
+
+  known = lambda context: tf.data.Dataset.range(40).map(
+      lambda x: tf.py_function(counted, [x], tf.int64)).batch(8)
+  assert job._finite_steps(known) == 5
+  assert read == [] and "reading it once" not in caplog.text
+  unknown = lambda context: tf.data.Dataset.range(40).filter(lambda x: x % 2 == 0).batch(8)
+  assert job._finite_steps(unknown) == 3
+  assert "length is unknown to TensorFlow; reading it once" in caplog.text

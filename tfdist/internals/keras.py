@@ -1,0 +1,383 @@
+"""Keras 3 under tf.distribute where Keras itself fails: narrow, gated, undoable.
+
+On TensorFlow's backend, Keras 3 (3.8 through 3.15 measured here) cannot `fit`,
+`evaluate` or `predict` under MultiWorkerMirroredStrategy with two or more
+workers (keras-team/keras#20585). Its TensorFlow trainer fails in three places:
+
+1. `_maybe_symbolic_build` averages the first input batch across replicas with
+   `strategy.reduce`, which cannot convert a multi-worker `PerReplica`. Building
+   needs only the shapes of the local batch.
+2. `reduce_per_replica` averages a step's logs with `strategy.reduce("MEAN", v,
+   axis=0)`; the logs are scalars, so there is no axis 0 across workers. The
+   mean over replicas (`axis=None`) is what it means.
+3. `steps_per_execution > 1` puts the step's collectives in a nested
+   `tf.function` inside a `while_loop`, which fails across workers (as in
+   keras-team/keras#19246 on one machine). One step per execution runs.
+
+`enable_multi_worker()` patches exactly those three, only for the tested Keras
+versions, and each patch changes nothing unless the model's strategy is
+multi-worker MultiWorkerMirroredStrategy. `disable_multi_worker()` restores
+Keras's own functions. tfdist's multi_worker_mirrored strategy enables it when
+it is created; `tests/internals/test_keras.py` keeps a run of raw Keras 3
+failing, so the day upstream fixes it is noticed.
+
+Keras 3 variables under ParameterServerStrategy: `Variable.assign_add` is
+`assign(self + value)`, a read then a write, so two workers adding at once lose
+one update. `enable_atomic_assign_add()` routes it to the TF variable's own
+`assign_add`, which the ps task applies atomically.
+
+Keras 3 variables sharded over parameter servers (`num_ps_shards > 1`: the TF
+variable a Keras variable wraps is a `ShardedVariable`) train when gradients
+and updates go to the shards, as tf_keras lists them (`tfdist.training.loop` does), but
+a checkpoint fails: Keras hands the `ShardedVariable` itself to TF's saver as
+a tensor ("'ShardedVariable' object has no attribute 'device'").
+`enable_sharded_checkpoints()` saves the whole value instead, read from the shards,
+under the same name an unsharded variable uses, so a checkpoint restores into
+any sharding or none (restoring already splits the value over the shards).
+
+Every patch is `enable_<name>()` (idempotent; it returns whether the patch is
+in place) with its undo `disable_<name>()`, and applies only to the tested
+Keras versions (`TESTED`): on others it logs one line naming the version and
+changes nothing. `PATCHES` names the public issue behind each.
+"""
+
+import contextlib
+import importlib.abc
+import importlib.machinery
+import logging
+import sys
+from typing import Iterator, Optional, Tuple
+
+from tfdist.internals import tensorflow as tf_internals
+from tfdist.internals import versions
+
+logger = logging.getLogger("tfdist")
+
+# Inclusive range of Keras minor versions whose code these patches were
+# written against and measured with (`make test` runs the newest).
+TESTED = ((3, 8), (3, 15))
+ISSUE = "keras-team/keras#20585"
+# Patch -> the public issue it works around.
+PATCHES = {
+    "multi_worker": ISSUE,
+    # Keras 3's Variable.assign_add is a read then a write; no upstream issue
+    # names the race under parameter servers; Keras 3's own fit does not run
+    # there at all (keras-team/keras#18624).
+    "atomic_assign_add": "keras-team/keras#18624",
+    # Keras 3 hands a ShardedVariable to TF's saver as a tensor; sharded
+    # variables are TF's design (tensorflow/community#291).
+    "sharded_checkpoints": "tensorflow/community#291",
+}
+# The module whose import `tfdist launch`'s task site waits for (enable_multi_worker_on_import).
+TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
+
+# What each patch replaced, to put back: (owner, name) -> function; name -> function.
+_originals = {}
+_assign_originals = {}
+_checkpoint_originals = {}
+
+
+def keras_version() -> Optional[Tuple[int, int]]:
+  """(major, minor) of the installed Keras 3, or None if there is none."""
+  try:
+    # Not `keras.__version__`: this also runs while `import keras` is under way.
+    from keras.src.version import __version__ as version
+  except ImportError:
+    return None
+  major, minor = (int(part) for part in version.split(".")[:2])
+  return (major, minor) if major == 3 else None
+
+
+def unsupported_reason(version: Optional[Tuple[int, int]] = None,
+                       patch: str = "multi_worker") -> Optional[str]:
+  """Why `patch` is not applied for `version` (default: installed), or None."""
+  version = version if version is not None else keras_version()
+  if version is None:
+    return "Keras 3 is not installed"
+  what = {"multi_worker": "Keras 3 multi-worker workaround"}.get(patch, f"Keras 3 {patch} patch")
+  return versions.untested_reason("Keras", version, TESTED, what, PATCHES[patch])
+
+
+def _may_patch(patch: str) -> bool:
+  """Whether `patch` applies to the installed Keras; logs why not (a warning) if Keras 3 is there."""
+  version = keras_version()
+  if version is None:
+    return False
+  reason = unsupported_reason(version, patch)
+  if reason:
+    logger.warning(reason)
+  return reason is None
+
+
+def is_enabled() -> bool:
+  return bool(_originals)
+
+
+def enable_multi_worker() -> bool:
+  """Lets Keras 3 `fit`, `evaluate` and `predict` run under multi-worker MWMS.
+
+  Idempotent. Outside the tested versions it logs one line naming the version
+  and patches nothing.
+
+  Returns:
+    Whether the workaround is in place.
+  """
+  if _originals:
+    return True
+  if not _may_patch("multi_worker"):
+    return False
+  from keras.src.backend.tensorflow import trainer
+  if _originals:  # Importing Keras ran `tfdist launch`'s shim, which enabled it already.
+    return True
+  cls = trainer.TensorFlowTrainer
+  _originals.update({
+      (trainer, "reduce_per_replica"): trainer.reduce_per_replica,
+      (cls, "_maybe_symbolic_build"): cls._maybe_symbolic_build,
+      (cls, "fit"): cls.fit,
+      (cls, "evaluate"): cls.evaluate,
+      (cls, "predict"): cls.predict,
+  })
+  trainer.reduce_per_replica = _reduce_per_replica
+  cls._maybe_symbolic_build = _maybe_symbolic_build
+  for name in ("fit", "evaluate", "predict"):
+    setattr(cls, name, _one_step_per_execution(_originals[(cls, name)]))
+  return True
+
+
+def disable_multi_worker() -> None:
+  """Puts Keras's own functions back."""
+  for (owner, name), original in _originals.items():
+    setattr(owner, name, original)
+  _originals.clear()
+
+
+@contextlib.contextmanager
+def multi_worker() -> Iterator[bool]:
+  """`enable_multi_worker()` for the block only, if it was not enabled before."""
+  was_enabled = is_enabled()
+  try:
+    yield enable_multi_worker()
+  finally:
+    if not was_enabled:
+      disable_multi_worker()
+
+
+def _original(owner, name):
+  return _originals[(owner, name)]
+
+
+def _reduce_per_replica(values, strategy, reduction):
+  from keras.src.backend.tensorflow import trainer
+  original = _original(trainer, "reduce_per_replica")
+  if not tf_internals.is_multi_worker_mirrored(strategy) or reduction not in ("auto", "mean"):
+    return original(values, strategy, reduction)
+  import tensorflow as tf
+  from keras.src import tree
+  # Workaround 2 (keras-team/keras#20585): the mean over replicas, not over an axis.
+  return tree.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None)
+                            if isinstance(v, tf.distribute.DistributedValues) else v, values)
+
+
+def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+  from keras.src.backend.tensorflow import trainer
+  original = _original(trainer.TensorFlowTrainer, "_maybe_symbolic_build")
+  strategy = distribute_strategy(self)
+  if iterator is None or strategy is None or not tf_internals.is_multi_worker_mirrored(strategy):
+    return original(self, iterator=iterator, data_batch=data_batch)
+  import tensorflow as tf
+  from keras.src import tree
+  # Workaround 1 (keras-team/keras#20585): build from this worker's first
+  # replica's batch. Like Keras, take one batch from the iterator, which the
+  # caller resets.
+  for _, _, it in iterator:
+    batch = next(it)
+    break
+  local = tree.map_structure(lambda v: strategy.experimental_local_results(v)[0]
+                             if isinstance(v, tf.distribute.DistributedValues) else v, batch)
+  return original(self, data_batch=local)
+
+
+def _one_step_per_execution(method):
+  def wrapper(self, *args, **kwargs):
+    strategy = distribute_strategy(self)
+    steps = getattr(self, "steps_per_execution", 1)
+    if steps == 1 or strategy is None or not tf_internals.is_multi_worker_mirrored(strategy):
+      return method(self, *args, **kwargs)
+    # Workaround 3: the while_loop of k steps fails across workers.
+    logger.warning(
+        "Keras 3 cannot run steps_per_execution > 1 under multi-worker "
+        "MultiWorkerMirroredStrategy (%s); running 1 step per execution. "
+        "Received: steps_per_execution=%d", ISSUE, steps)
+    self.steps_per_execution = 1
+    try:
+      return method(self, *args, **kwargs)
+    finally:
+      self.steps_per_execution = steps
+  wrapper.__wrapped__ = method
+  wrapper.__name__ = method.__name__
+  wrapper.__doc__ = method.__doc__
+  return wrapper
+
+
+# --- Keras 3 variables on parameter servers ---------------------------------
+
+def enable_atomic_assign_add() -> bool:
+  """Makes Keras 3's `Variable.assign_add`/`assign_sub` the TF variable's own.
+
+  Keras 3 implements them as `assign(self + value)`, so concurrent workers of a
+  ParameterServerStrategy overwrite each other's updates (an optimizer's
+  iteration counter, a metric's total). TF's `assign_add` runs as one op on the
+  ps task. Idempotent; returns whether it is in place.
+  """
+  if _assign_originals:
+    return True
+  if not _may_patch("atomic_assign_add"):
+    return False
+  from keras.src.backend import common
+  from keras.src.backend.tensorflow import core
+  cls = core.Variable
+  _assign_originals.update({"assign_add": cls.assign_add, "assign_sub": cls.assign_sub})
+
+  def atomic(name):
+    original = _assign_originals[name]
+
+    def update(self, value):
+      if common.stateless_scope.in_stateless_scope():
+        return original(self, value)  # Keras collects these updates itself.
+      value = self._convert_to_tensor(value, dtype=self._dtype)
+      return getattr(self._value, name)(value)
+    return update
+
+  assign_add, assign_sub = atomic("assign_add"), atomic("assign_sub")
+  cls.assign_add, cls.assign_sub = assign_add, assign_sub
+  return True
+
+
+def _restore_variable_methods(originals: dict) -> None:
+  """Puts Keras's own `Variable` methods back from `originals`, and empties it."""
+  if not originals:
+    return
+  from keras.src.backend.tensorflow import core
+  for name, original in originals.items():
+    setattr(core.Variable, name, original)
+  originals.clear()
+
+
+def disable_atomic_assign_add() -> None:
+  _restore_variable_methods(_assign_originals)
+
+
+def enable_sharded_checkpoints() -> bool:
+  """Lets a Keras 3 variable whose TF variable is a `ShardedVariable` be checkpointed.
+
+  It is saved whole (the shards concatenated) under the key an unsharded Keras
+  variable uses; other variables are saved as before. Idempotent; returns
+  whether it is in place.
+  """
+  if _checkpoint_originals:
+    return True
+  if not _may_patch("sharded_checkpoints"):
+    return False
+  import tensorflow as tf
+  from keras.src.backend.tensorflow import core
+  sharded = tf.__internal__.distribute.ShardedVariable
+  cls = core.Variable
+  _checkpoint_originals.update({"_serialize_to_tensors": cls._serialize_to_tensors,
+                                "_restore_from_tensors": cls._restore_from_tensors})
+
+  def serialize(self):
+    if isinstance(self.value, sharded):
+      # Keras would pass the ShardedVariable on as if it were a tensor.
+      return {"VARIABLE_VALUE": tf.convert_to_tensor(self.value)}
+    return _checkpoint_originals["_serialize_to_tensors"](self)
+
+  def restore(self, restored_tensors):
+    if isinstance(self.value, sharded):
+      # Keras's own `assign` checks the shape, unknown here (TF restores
+      # across tasks inside a tf.function); the ShardedVariable slices it.
+      value = tf.ensure_shape(restored_tensors["VARIABLE_VALUE"], self.value.shape)
+      return self.value.assign(tf.cast(value, self.value.dtype))
+    return _checkpoint_originals["_restore_from_tensors"](self, restored_tensors)
+
+  cls._serialize_to_tensors, cls._restore_from_tensors = serialize, restore
+  return True
+
+
+def disable_sharded_checkpoints() -> None:
+  _restore_variable_methods(_checkpoint_originals)
+
+
+# --- what tfdist reads of Keras 3 objects ------------------------------------
+
+def flatten_layers(model, include_self: bool = False) -> list:
+  """Every layer inside `model`, recursively (either Keras: neither has a public list)."""
+  return list(model._flatten_layers(include_self=include_self))
+
+
+def distribute_strategy(model):
+  """The strategy `model` was built under, or None (Keras 3 keeps it privately)."""
+  return getattr(model, "_distribute_strategy", None)
+
+
+def initial_epoch(model) -> int:
+  """The epoch Keras 3's BackupAndRestore restored `model` to (0 if none)."""
+  return getattr(model, "_initial_epoch", None) or 0
+
+
+_BACKUP_PATHS = ("backup_dir", "_weights_path", "_training_metadata_path",
+                 "_prev_weights_path", "_prev_training_metadata_path")
+
+
+@contextlib.contextmanager
+def backup_written_to(callback, write_dir: str) -> Iterator[None]:
+  """Keras 3's BackupAndRestore writes into `write_dir` in the block, not its backup_dir.
+
+  Its paths are private attributes derived from `backup_dir` at construction;
+  they are put back when the block ends.
+  """
+  paths = tuple(getattr(callback, name) for name in _BACKUP_PATHS)
+  backup_dir = paths[0]
+  try:
+    for name, path in zip(_BACKUP_PATHS, paths):
+      setattr(callback, name, path.replace(backup_dir, write_dir, 1))
+    yield
+  finally:
+    for name, path in zip(_BACKUP_PATHS, paths):
+      setattr(callback, name, path)
+
+
+def save_backup(callback) -> None:
+  """Keras 3's BackupAndRestore saves its backup now."""
+  callback._save_model()
+
+
+def enable_multi_worker_on_import() -> None:
+  """`enable_multi_worker()` right after Keras 3's trainer module first executes.
+
+  For `tfdist launch`'s task site, which runs before the user's script: Keras
+  is patched only if the script imports Keras 3, and never breaks that import.
+  """
+  sys.meta_path.insert(0, _EnableAfterImport())
+
+
+class _EnableAfterImport(importlib.abc.MetaPathFinder):
+  """Runs the workaround right after Keras 3's trainer module has executed."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    if fullname != TRAINER_MODULE:
+      return None
+    sys.meta_path.remove(self)
+    spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+    if spec is None or spec.loader is None:
+      return spec
+    execute = spec.loader.exec_module
+
+    def exec_module(module):
+      execute(module)
+      try:
+        enable_multi_worker()
+      except Exception as e:  # pylint: disable=broad-except  Never break the user's import.
+        logger.warning("Keras 3 multi-worker workaround not applied: %r", e)
+
+    spec.loader.exec_module = exec_module
+    return spec

@@ -1,0 +1,33 @@
+"""The training wing: a job that trains, saves, resumes and exports, under any strategy.
+
+- `job`: the default training job (`tfdist train`): `TrainConfig` -> `TrainResult`.
+- `loop`: a custom training loop, one runner per kind of strategy (`Loop`).
+- `fit_step`: Keras `fit`'s step with one all-reduce of the gradients.
+- `checkpoints`: saving once (the chief), backup and resume, SIGTERM backups.
+- `sidecar`: an evaluator task that evaluates each new checkpoint.
+- `export`: a SavedModel for serving, from a model trained under any strategy.
+- `compression`, `precision`: float16 all-reduce; mixed precision.
+- `scaling`: global batch and learning-rate rules, warm-up.
+- `timing`: step and epoch times.
+- `process`: one `tfdist train` in a fresh process, and its result.
+- `user_code`: a user's `model_fn` and `dataset_fn`, from a file or a module.
+
+Submodules load on first use (`tfdist.training.loop`), so importing the
+package loads no TensorFlow.
+"""
+
+import importlib
+
+_SUBMODULES = ("checkpoints", "compression", "export", "fit_step", "job", "loop", "precision",
+               "process", "scaling", "sidecar", "timing", "user_code")
+__all__ = list(_SUBMODULES)
+
+
+def __getattr__(name):
+  if name not in _SUBMODULES:
+    raise AttributeError(f"module 'tfdist.training' has no attribute {name!r}")
+  return importlib.import_module(f"{__name__}.{name}")
+
+
+def __dir__():
+  return __all__

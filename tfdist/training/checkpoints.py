@@ -1,0 +1,410 @@
+"""Saving exactly once, and resuming after an interruption, under any strategy.
+
+Under MultiWorkerMirroredStrategy every worker must take part in a save (it may
+run collectives), but if all of them write to the same path they race and
+corrupt it. TF's answer, which tf_keras's own callbacks use, is that the chief
+writes to the real path and every other worker to a temporary directory that
+is removed right after. These helpers apply it to the final model and to
+TensorBoard logs, and wire Keras's `BackupAndRestore` for resuming.
+
+Example:
+
+>>> callbacks = [checkpointing.backup_and_restore(checkpoint_dir)]
+>>> model.fit(..., callbacks=callbacks)      # a restarted job resumes here
+>>> checkpointing.save_model(model, os.path.join(checkpoint_dir, "model.keras"))
+"""
+
+import contextlib
+import functools
+import inspect
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Iterator, Optional
+
+import tensorflow as tf
+import tf_keras
+
+from tfdist import keras_support
+from tfdist.internals import keras as keras_internals
+from tfdist.internals import tf_keras as tf_keras_internals
+
+logger = logging.getLogger("tfdist")
+
+BACKUP_SUBDIR = "backup"
+
+
+def _strategy(strategy: Optional[tf.distribute.Strategy]) -> tf.distribute.Strategy:
+  return strategy or tf.distribute.get_strategy()
+
+
+def is_chief(strategy: Optional[tf.distribute.Strategy] = None) -> bool:
+  """Whether this task is the one whose files count (single process: yes)."""
+  return _strategy(strategy).extended.should_checkpoint
+
+
+def save_model(model, path: str,
+               strategy: Optional[tf.distribute.Strategy] = None) -> Optional[str]:
+  """Saves `model` to `path` once: on the chief; other workers' copies are removed.
+
+  Call it on every worker.
+
+  Returns:
+    `path` on the chief, None on the other workers.
+  """
+  # The model's own strategy: outside `strategy.scope()` the current one is the default.
+  strategy = strategy or getattr(model, "distribute_strategy", None) or _strategy(None)
+  write_path = tf_keras_internals.write_filepath(path, strategy)
+  model.save(write_path)
+  tf_keras_internals.remove_temp_dir_with_filepath(write_path, strategy)
+  return path if write_path == path else None
+
+
+@contextlib.contextmanager
+def chief_dir(path: str, strategy: Optional[tf.distribute.Strategy] = None) -> Iterator[str]:
+  """A directory to write into: `path` on the chief, a temporary one elsewhere.
+
+  The temporary one is removed when the block ends, e.g. for TensorBoard logs.
+  """
+  strategy = _strategy(strategy)
+  write_dir = tf_keras_internals.write_dirpath(path, strategy)
+  try:
+    yield write_dir
+  finally:
+    tf_keras_internals.remove_temp_dirpath(write_dir, strategy)
+
+
+# Exit code of a task that saved a backup after SIGTERM: 128 + SIGTERM, as a
+# shell reports it, which Kubeflow's ExitCode restart policy treats as retryable.
+PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
+# An integer save_freq makes Keras resume at the saved batch, not at the start
+# of the epoch; this one is too large for Keras itself to ever save mid-epoch.
+_NEVER = 2**62
+
+
+class _SigtermChecks:
+  """SIGTERM during `fit` -> a backup at the next check, on every worker, then exit 143.
+
+  Shared by both Kerases' backups. Checks come about every `check_seconds` of
+  training (or every `check_every` batches if given), so the backup fits in the
+  grace period however long a step takes. Under MultiWorkerMirroredStrategy the
+  workers agree through one small all-reduce per check, so a SIGTERM to any one
+  worker makes all of them back up at the same step, and all of them derive the
+  next check's batch from the same reduced timing. The host class gives
+  `model`, `check_every`, `check_seconds`, `_fit_code()` (the code object of
+  its Keras's `fit`) and `_exit_after_backup(where, batch=, backed_up=)`.
+  """
+
+  def _start_checks(self):
+    self._terminated = False
+    if threading.current_thread() is threading.main_thread():
+      self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+    strategy = self.model.distribute_strategy
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+      self._agree = _any_worker(strategy)
+    self._reset_checks()
+
+  def _reset_checks(self):
+    self._next_check = self.check_every or 1
+    self._last_check = (0, time.monotonic())
+
+  def _on_sigterm(self, signum, frame):
+    if _inside(frame, self._fit_code()):
+      self._terminated = True
+      return
+    # fit is over but on_train_end never ran (it raised): hand the signal on.
+    previous = self._restore_handler()
+    if callable(previous):
+      previous(signum, frame)
+    elif previous != signal.SIG_IGN:
+      signal.signal(signal.SIGTERM, signal.SIG_DFL)
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  def _restore_handler(self):
+    previous, self._previous_handler = self._previous_handler, None
+    if previous is not None and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+      signal.signal(signal.SIGTERM, previous)
+    return previous
+
+  def _check(self, batch: Optional[int]) -> None:
+    """At the end of `batch` (None: of the epoch): exit after a backup if any task was told to."""
+    batches, since = self._last_check
+    elapsed = time.monotonic() - since
+    terminated = self._terminated
+    if self._agree is not None:
+      # Every worker gets the same answers, so they all check at the same batches.
+      terminated, elapsed = self._agree(float(terminated), elapsed)
+    if terminated:
+      where = "its last batch" if batch is None else f"batch {batch + 1}"
+      # At an epoch's end, on_epoch_end has just backed up.
+      self._exit_after_backup(where, batch=batch, backed_up=batch is None)
+    if batch is not None:
+      done = batch + 1 - batches
+      if self.check_every:
+        interval = self.check_every
+      else:  # About check_seconds from now, at this pace.
+        interval = max(1, min(1000, int(self.check_seconds * done / max(elapsed, 1e-6))))
+      self._next_check = batch + 1 + interval
+      self._last_check = (batch + 1, time.monotonic())
+
+
+class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
+  """Keras's `BackupAndRestore`, plus a backup when the task gets SIGTERM.
+
+  Backs up at the end of every epoch. When SIGTERM arrives (what SLURM and
+  Kubernetes send before they stop a task, 30 s before SIGKILL by default),
+  it backs up at the next check, logs where, and exits with
+  `PREEMPTED_EXIT_CODE`. Checks come about every `check_seconds` of training
+  (or every `check_every` batches if given), so the backup fits in the grace
+  period however long a step takes. Under MultiWorkerMirroredStrategy the
+  workers agree through one small all-reduce per check, so a SIGTERM to any
+  one worker makes all of them save at the same step, and all of them derive
+  the next check's batch from the same reduced timing. A restarted job
+  resumes at the next batch. Under ParameterServerStrategy Keras keeps no
+  batch counters: the chief checks after every scheduled step, backs up the
+  variables as they are, and a restarted job runs the interrupted epoch again
+  from its start, with those variables.
+
+  The handler is active only while `fit` runs: on SIGTERM outside `fit` (which
+  ended, even by an exception that skipped `on_train_end`), the previous
+  handler is put back and gets the signal.
+
+  Why not TF's own preemption support: tf_keras's `save_before_preemption`
+  works only on Google Cloud (`distributed_file_utils.
+  support_on_demand_checkpoint_callback`), and
+  `tf.distribute.experimental.PreemptionCheckpointHandler` needs a custom
+  training loop around a `CheckpointManager` and does not support
+  ParameterServerStrategy; this works with `fit`, anywhere.
+  """
+
+  def __init__(self, backup_dir: str, *, check_every: Optional[int] = None,
+               check_seconds: float = 1.0):
+    super().__init__(backup_dir, save_freq=_NEVER, delete_checkpoint=True)
+    # Keras lists the strategies it tested; a checkpoint works the same under
+    # these two single-machine ones (tests/training/test_checkpoints.py).
+    tf_keras_internals.add_supported_strategies(
+        self, tf.distribute.OneDeviceStrategy, tf.distribute.experimental.CentralStorageStrategy)
+    if check_every is not None and (isinstance(check_every, bool)
+                                    or not isinstance(check_every, int) or check_every < 1):
+      raise ValueError(f"`check_every` must be an integer >= 1, or None to check about every "
+                       f"`check_seconds`. Received: check_every={check_every!r}")
+    if not check_seconds > 0:
+      raise ValueError(f"`check_seconds` must be > 0. Received: check_seconds={check_seconds!r}")
+    self.check_every = check_every
+    self.check_seconds = float(check_seconds)
+    # Batch hooks never read the logs: no need to fetch them (under PSS they
+    # are remote values, and fetching would wait for every step).
+    tf_keras_internals.never_fetch_logs(self)
+    self._terminated = False
+    self._previous_handler = None
+    self._agree = None
+
+  def _implements_train_batch_hooks(self):
+    return True  # Under PSS too: Keras skips batch hooks for epoch-only backups.
+
+  def on_train_begin(self, logs=None):
+    self._pss = isinstance(self.model.distribute_strategy, tf.distribute.ParameterServerStrategy)
+    # Keras counts no batches under PSS, so only epoch-level resume works there.
+    self.save_freq = "epoch" if self._pss else _NEVER
+    super().on_train_begin(logs)
+    epoch, batch = tf_keras_internals.saved_position(self)
+    if epoch >= 0:
+      logger.info("BackupAndRestore: resuming after epoch %d, batch %d (from %s)",
+                  epoch + 1, batch + 1, self.backup_dir)
+    self._start_checks()
+
+  def _fit_code(self):
+    return _TF_KERAS_FIT_CODE
+
+  def on_train_batch_begin(self, batch, logs=None):
+    if not self._pss:
+      super().on_train_batch_begin(batch, logs)
+
+  def on_train_batch_end(self, batch, logs=None):
+    if self._pss:
+      # No collective to agree through and nothing to count: check every step.
+      if self._terminated:
+        self._exit_after_backup(f"batch {batch + 1}")
+      return
+    super().on_train_batch_end(batch, logs)
+    if batch + 1 >= self._next_check:
+      self._check(batch)
+
+  def on_epoch_begin(self, epoch, logs=None):
+    super().on_epoch_begin(epoch, logs)
+    self._reset_checks()
+
+  def on_epoch_end(self, epoch, logs=None):
+    tf_keras_internals.back_up(self, epoch)
+    if self._pss:
+      if self._terminated:
+        self._exit_after_backup("its last batch", backed_up=True)
+      return
+    self._check(None)
+
+  def on_train_end(self, logs=None):
+    self._restore_handler()
+    super().on_train_end(logs)
+
+  def _exit_after_backup(self, where: str, *, batch: Optional[int] = None,
+                         backed_up: bool = False) -> None:
+    epoch = tf_keras_internals.current_epoch(self)
+    if self._pss:
+      # Resume re-runs this epoch from its start: record the one before as done.
+      if not backed_up:
+        tf.distribute.experimental.coordinator.ClusterCoordinator(
+            self.model.distribute_strategy).join()  # Steps in flight land first.
+        tf_keras_internals.set_saved_epoch(self, epoch - 1)
+        tf_keras_internals.back_up(self, epoch - 1)
+    elif not backed_up:
+      tf_keras_internals.back_up(self, epoch, batch)
+    self._restore_handler()
+    logger.info("BackupAndRestore: SIGTERM: backed up epoch %d after %s to %s; exiting with "
+                "code %d. Run the same job again to resume.", epoch + 1, where, self.backup_dir,
+                PREEMPTED_EXIT_CODE)
+    raise SystemExit(PREEMPTED_EXIT_CODE)
+
+
+_TF_KERAS_FIT_CODE = inspect.unwrap(tf_keras.Model.fit).__code__
+
+
+def _inside(frame, code) -> bool:
+  """Whether `code` (a Keras `fit`) is on the stack of the interrupted frame."""
+  while frame is not None:
+    if frame.f_code is code:
+      return True
+    frame = frame.f_back
+  return False
+
+
+def _any_worker(strategy: tf.distribute.Strategy):
+  """A function: (whether any worker's flag is set, the workers' mean of `seconds`).
+
+  One all-reduce of two scalars per check; every worker gets the same answer.
+  """
+
+  @tf.function
+  def agree(flag, seconds):
+    values = tf.stack([flag, seconds])
+    total = strategy.run(lambda x: tf.distribute.get_replica_context().all_reduce(
+        tf.distribute.ReduceOp.SUM, tf.identity(x)), args=(values,))
+    return strategy.experimental_local_results(total)[0]
+
+  def run(flag: float, seconds: float):
+    total = agree(tf.constant(flag), tf.constant(seconds)).numpy()
+    return bool(total[0] > 0), float(total[1]) / strategy.num_replicas_in_sync
+
+  return run
+
+
+def backup_and_restore(checkpoint_dir: str, *, check_every: Optional[int] = None,
+                       check_seconds: float = 1.0, model=None):
+  """`BackupAndRestore` in `checkpoint_dir/backup`, for `model`'s Keras.
+
+  After an interruption, the same `fit` call resumes from the last finished
+  epoch, or from the batch where SIGTERM stopped it. The backup is deleted when
+  training finishes. For a Keras 3 `model`, Keras 3's own callback, written by
+  the chief only (`keras3_backup_and_restore`): at epoch ends, and on SIGTERM.
+  """
+  if model is not None and keras_support.is_keras3_model(model):
+    return keras3_backup_and_restore(os.path.join(checkpoint_dir, BACKUP_SUBDIR))
+  return BackupAndRestore(os.path.join(checkpoint_dir, BACKUP_SUBDIR), check_every=check_every,
+                          check_seconds=check_seconds)
+
+
+def keras3_backup_and_restore(backup_dir: str):
+  """Keras 3's `BackupAndRestore`, with the backup written once, by the chief.
+
+  Keras 3's callback writes from every worker into the same folder, and under
+  MultiWorkerMirroredStrategy the second writer fails on the HDF5 file's lock.
+  Here every worker still saves (saving may read values across workers), but
+  the others into a temporary folder that is removed at once, TF's rule for
+  multi-worker files; every worker restores from the chief's folder. On
+  SIGTERM it backs up at the next check, on every worker at the same step, and
+  exits with `PREEMPTED_EXIT_CODE`, as `BackupAndRestore` does for tf_keras;
+  Keras 3 resumes at epoch starts, so a restart re-runs the interrupted epoch
+  from those weights.
+  """
+  return _keras3_backup_class()(backup_dir)
+
+
+@functools.lru_cache(maxsize=None)
+def _keras3_backup_class():
+  import keras  # Only for Keras 3 models: importing tfdist must not load it.
+
+  fit_code = inspect.unwrap(keras.Model.fit).__code__
+
+  class Keras3BackupAndRestore(_SigtermChecks, keras.callbacks.BackupAndRestore):
+    __doc__ = keras3_backup_and_restore.__doc__
+
+    def __init__(self, backup_dir: str, *, check_seconds: float = 1.0):
+      super().__init__(backup_dir)  # Keras 3 backs up at epoch ends and resumes there.
+      self.check_every = None
+      self.check_seconds = float(check_seconds)
+      self._previous_handler = None
+      self._agree = None
+
+    def _fit_code(self):
+      return fit_code
+
+    def on_train_begin(self, logs=None):
+      super().on_train_begin(logs)
+      start = keras_internals.initial_epoch(self.model)  # Keras 3 sets it on restore.
+      if start:
+        logger.info("BackupAndRestore: resuming at the start of epoch %d (from %s)",
+                    start + 1, self.backup_dir)
+      self._start_checks()
+
+    def on_epoch_begin(self, epoch, logs=None):
+      super().on_epoch_begin(epoch, logs)
+      self._running_epoch = epoch  # What a mid-epoch backup records: resume re-runs it.
+      self._reset_checks()
+
+    def on_train_batch_end(self, batch, logs=None):
+      super().on_train_batch_end(batch, logs)
+      if batch + 1 >= self._next_check:
+        self._check(batch)
+
+    def on_epoch_end(self, epoch, logs=None):
+      super().on_epoch_end(epoch, logs)  # The epoch's backup.
+      self._check(None)
+
+    def _exit_after_backup(self, where, *, batch=None, backed_up=False):
+      # The epoch a restart begins with (0-based): mid-epoch, the interrupted
+      # one, re-run with these weights (Keras 3 resumes at epoch starts only).
+      resume = self._running_epoch
+      if not backed_up:
+        keras_internals.save_backup(self)
+      self._restore_handler()
+      running = resume if backed_up else resume + 1
+      logger.info("BackupAndRestore: SIGTERM: backed up epoch %d after %s to %s; exiting with "
+                  "code %d. Run the same job again to resume at the start of epoch %d.",
+                  running, where, self.backup_dir, PREEMPTED_EXIT_CODE, resume + 1)
+      raise SystemExit(PREEMPTED_EXIT_CODE)
+
+    def _save_model(self):  # Keras 3's own hook: the one place it writes a backup.
+      strategy = self.model.distribute_strategy
+      backup_dir = self.backup_dir
+      write_dir = tf_keras_internals.write_dirpath(backup_dir, strategy)
+      # Keras's own check-then-create races with the other workers' folders inside it.
+      tf.io.gfile.makedirs(write_dir)
+      if write_dir == backup_dir:
+        return super()._save_model()
+      try:
+        with keras_internals.backup_written_to(self, write_dir):
+          super()._save_model()
+      finally:
+        tf_keras_internals.remove_temp_dirpath(write_dir, strategy)
+
+    def on_train_end(self, logs=None):
+      self._restore_handler()
+      strategy = self.model.distribute_strategy
+      # A barrier (one tiny all-reduce): every worker's last save, whose temporary
+      # folder is inside the backup, is done before the chief deletes it all.
+      strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+      if is_chief(strategy):  # One deleter, not a race.
+        super().on_train_end(logs)
+
+  return Keras3BackupAndRestore

@@ -1,0 +1,297 @@
+"""`Loop`: what every runner shares (the steps, the counting, the epochs, the checkpoint).
+
+A runner subclasses `Loop` naming the strategies it runs (`strategy_types`),
+and gives the three things that differ by kind of strategy: how `fit` takes its
+input (`_start_fit`), how an epoch's steps run (`_train_epoch`), and how
+`evaluate` runs (`_evaluate`). `Loop(strategy, model, ...)` returns the first
+registered runner whose `strategy_types` match, or the one registered with none
+(the fallback); `tfdist.training.loop` registers them in a fixed order.
+"""
+
+import logging
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
+
+import tensorflow as tf
+
+from tfdist import keras_support
+from tfdist.internals import tensorflow as tf_internals
+from tfdist.internals import tf_keras as tf_keras_internals
+
+logger = logging.getLogger("tfdist")
+
+EXAMPLES = "examples"
+# Closures of an exact evaluation under parameter servers: several per worker,
+# so a slow or lost worker holds up only a small share.
+EVALUATION_SHARDS = 8
+StepFn = Callable[..., Mapping[str, tf.Tensor]]
+
+# (strategy types, runner class), in registration order; empty types: the fallback.
+_RUNNERS: List[Tuple[Tuple[type, ...], Type["Loop"]]] = []
+
+
+def average_loss(per_example_loss, regularization_losses: Sequence = ()) -> tf.Tensor:
+  """The replica's share of the global batch's mean loss, plus scaled regularization.
+
+  Call it in replica context (inside a step). The global batch size is the sum
+  of every replica's batch, so a partial last batch (even an empty replica) is
+  averaged right; `tf.nn.compute_average_loss` alone assumes full batches.
+  Regularization losses are divided by the number of replicas
+  (`tf.nn.scale_regularization_loss`): the replicas' gradients are summed.
+  """
+  per_example_loss = tf.convert_to_tensor(per_example_loss)
+  local = tf.shape(per_example_loss)[0]
+  context = tf.distribute.get_replica_context()
+  if context is not None and context.num_replicas_in_sync > 1:
+    global_batch = tf.cast(context.all_reduce(
+        tf.distribute.ReduceOp.SUM, tf.cast(local, tf.float32)), tf.int32)
+  else:
+    global_batch = local
+  loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch)
+  if regularization_losses:
+    loss += tf.nn.scale_regularization_loss(tf.add_n(list(regularization_losses)))
+  return loss
+
+
+def _per_example(loss, y, y_pred):
+  # In float32, as Keras computes losses: a float16 loss, scaled for mixed
+  # precision, overflows.
+  y_pred = tf.nest.map_structure(
+      lambda t: tf.cast(t, tf.float32) if t.dtype in (tf.float16, tf.bfloat16) else t, y_pred)
+  # A Keras `Loss` object's `call` is its per-example form, in both Kerases.
+  values = loss.call(y, y_pred) if hasattr(loss, "call") else loss(y, y_pred)
+  values = tf.convert_to_tensor(values)
+  if values.shape.rank == 0:
+    raise ValueError(
+        "`loss` must give one value per example (a Keras loss object, or a function "
+        "such as keras.losses.mean_squared_error), not their mean: the loop averages "
+        f"over the global batch itself. Received: a scalar from {loss!r}")
+  # Further axes (e.g. time steps) are averaged, as Keras's default reduction does.
+  return tf.reduce_mean(values, axis=list(range(1, values.shape.rank))) \
+      if values.shape.rank > 1 else values
+
+
+def _batch_size(batch) -> tf.Tensor:
+  return tf.shape(tf.nest.flatten(batch)[0])[0]
+
+
+class Loop:
+  """Trains and evaluates `model` under `strategy` with a loop of its own.
+
+  `Loop(...)` returns the runner for the strategy's kind (`SyncRunner` or
+  `ParameterServerRunner`), a `Loop` either way.
+
+  Args:
+    strategy: any tf.distribute strategy (tfdist's or TensorFlow's).
+    model: a built Keras model, either Keras, created under `strategy.scope()`.
+    loss: a Keras loss (object or function) for the default step.
+    optimizer: a Keras optimizer; built here under the scope.
+    metrics: name -> fn(y_true, y_pred) giving one value per example (e.g.
+      `keras.metrics.sparse_categorical_accuracy`), reported as means.
+    step_fn: your own per-replica `step(batch) -> {name: sum over its examples}`
+      instead of the default step (then `loss` is not used); it differentiates
+      and updates `loop.trainable_variables`.
+    steps_per_loop: steps run inside one `tf.function` call.
+    checkpoint_dir: where a `tf.train.CheckpointManager` keeps the model,
+      optimizer and step, written by the chief only; `fit` resumes from it.
+    checkpoint_every: also save every this many steps (at loop ends); None:
+      at epoch ends only. Under parameter servers, saves are at epoch ends.
+  """
+
+  def __init_subclass__(cls, strategy_types: Tuple[type, ...] = (), **kwargs):
+    super().__init_subclass__(**kwargs)
+    _RUNNERS.append((tuple(strategy_types), cls))
+
+  def __new__(cls, strategy, *args, **kwargs):
+    if cls is Loop:
+      cls = _runner_for(strategy)
+    return super().__new__(cls)
+
+  def __init__(self, strategy: tf.distribute.Strategy, model, *, loss=None, optimizer=None,
+               metrics: Optional[Mapping[str, Callable]] = None,
+               step_fn: Optional[StepFn] = None, steps_per_loop: int = 1,
+               checkpoint_dir: Optional[str] = None, checkpoint_every: Optional[int] = None):
+    if step_fn is None and (loss is None or optimizer is None):
+      raise ValueError("Loop needs `loss` and `optimizer` for its default step, or a "
+                       f"`step_fn`. Received: loss={loss!r}, optimizer={optimizer!r}")
+    for field, value in (("steps_per_loop", steps_per_loop),
+                         ("checkpoint_every", checkpoint_every)):
+      if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                or value < 1):
+        raise ValueError(f"`{field}` must be an integer >= 1. Received: {field}={value!r}")
+    if not getattr(model, "built", True) or not model.trainable_variables:
+      raise ValueError("Loop needs a built model: give it an Input layer, or call it on a "
+                       f"batch first. Received: an unbuilt {type(model).__name__}")
+    self.strategy, self.model, self.loss, self.optimizer = strategy, model, loss, optimizer
+    self.metrics = dict(metrics or {})
+    self.steps_per_loop = steps_per_loop
+    self._keras3 = keras_support.is_keras3_model(model)
+    self._prepare_keras()
+    with strategy.scope():
+      if optimizer is not None and hasattr(optimizer, "build"):
+        optimizer.build(self.trainable_variables)  # Slots on the right devices.
+      self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="loop_step")
+      self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="loop_epoch")
+    self._step_fn = step_fn or self._default_step
+    self._functions = {}  # kind ("train", "evaluate") -> its tf.function
+    self._manager = None
+    self._checkpoint_every = checkpoint_every
+    if checkpoint_dir is not None:
+      self._checkpoint_dir = checkpoint_dir
+      tracked = {"model": model, "step": self.step, "epoch": self.epoch}
+      if optimizer is not None:
+        tracked["optimizer"] = optimizer
+      self._checkpoint = tf.train.Checkpoint(**tracked)
+      self._manager = tf.train.CheckpointManager(self._checkpoint, checkpoint_dir, max_to_keep=1)
+      if self._manager.latest_checkpoint:
+        self._checkpoint.restore(self._manager.latest_checkpoint).expect_partial()
+
+  # --- what a runner gives ---------------------------------------------------
+
+  def _prepare_keras(self) -> None:
+    """Before any variable is made: what the runner's Keras needs (nothing by default)."""
+
+  def _start_fit(self, dataset, steps_per_epoch: Optional[int]) -> None:
+    """Checks `fit`'s input and makes what its epochs read."""
+    raise NotImplementedError
+
+  def _train_epoch(self, steps: Optional[int], last: bool) -> Dict[str, float]:
+    """Runs one epoch (`steps`, or one pass if None); returns its sums and counts the steps."""
+    raise NotImplementedError
+
+  def _evaluate(self, dataset, steps: Optional[int]) -> Dict[str, float]:
+    """The sums of an evaluation of `dataset`."""
+    raise NotImplementedError
+
+  # --- the steps -------------------------------------------------------------
+
+  @property
+  def trainable_variables(self) -> list:
+    """The variables a step differentiates and updates.
+
+    The model's, except that a Keras 3 variable sharded over parameter servers
+    is listed as its shards (tf_keras lists them so itself): TF's gradient tape
+    and Keras 3's optimizer handle a shard, not a Keras variable wrapping a
+    `ShardedVariable`. Optimizer slots are then made per shard, on its ps task.
+    """
+    if not self._keras3:
+      return self.model.trainable_variables
+    return [shard for v in self.model.trainable_variables
+            for shard in tf_internals.shards(v.value) or [v]]
+
+  def _default_step(self, batch):
+    x, y = batch[0], batch[1]
+    model = self.model
+    with tf.GradientTape() as tape:
+      y_pred = model(x, training=True)
+      per_example = _per_example(self.loss, y, y_pred)
+      loss = average_loss(per_example, model.losses)
+      # Under mixed_float16 compile's LossScaleOptimizer scales the loss (each Keras its way).
+      if hasattr(self.optimizer, "get_scaled_loss"):  # tf_keras
+        loss = self.optimizer.get_scaled_loss(loss)
+      elif hasattr(self.optimizer, "scale_loss"):  # Keras 3; apply_gradients unscales.
+        loss = self.optimizer.scale_loss(loss)
+    variables = self.trainable_variables
+    grads = tape.gradient(loss, variables)
+    if hasattr(self.optimizer, "get_unscaled_gradients"):
+      grads = self.optimizer.get_unscaled_gradients(grads)
+    self.optimizer.apply_gradients(zip(grads, variables))
+    return self._sums_of(per_example, y, y_pred)
+
+  def _eval_step(self, batch):
+    x, y = batch[0], batch[1]
+    y_pred = self.model(x, training=False)
+    return self._sums_of(_per_example(self.loss, y, y_pred), y, y_pred)
+
+  def _sums_of(self, per_example, y, y_pred):
+    sums = {"loss": tf.reduce_sum(per_example)}
+    if self.model.losses:  # Reported as fit reports it: data loss plus regularization.
+      sums["loss"] += tf.add_n(self.model.losses) * tf.cast(tf.shape(per_example)[0],
+                                                            per_example.dtype)
+    for name, fn in self.metrics.items():
+      sums[name] = tf.reduce_sum(tf.cast(fn(y, y_pred), tf.float32))
+    return sums
+
+  def _counted(self, step_fn):
+    def step(batch):
+      sums = dict(step_fn(batch))
+      sums[EXAMPLES] = _batch_size(batch)
+      return {k: tf.cast(v, tf.float32) for k, v in sums.items()}
+    return step
+
+  # --- the public loop -------------------------------------------------------
+
+  def fit(self, dataset, *, epochs: int = 1, steps_per_epoch: Optional[int] = None,
+          verbose: bool = True) -> Dict[str, list]:
+    """Trains for `epochs`, from where the checkpoint left off; returns the epoch logs.
+
+    `dataset`: a `tf.data.Dataset` batched by the global batch size, or a
+    `dataset_fn(input_context)` batched per replica (required under parameter
+    servers). Without `steps_per_epoch` an epoch is one pass over the data.
+    Each epoch's logs go to the `tfdist` logger (INFO) when `verbose`.
+    """
+    self._start_fit(dataset, steps_per_epoch)
+    history: Dict[str, list] = {}
+    for epoch in range(int(self.epoch.numpy()), epochs):
+      steps = steps_per_epoch
+      if steps_per_epoch is not None:  # Resumed mid-epoch: only the steps left.
+        done = int(self.step.numpy()) - epoch * steps_per_epoch
+        steps -= done if 0 < done < steps_per_epoch else 0
+      totals = self._train_epoch(steps, last=epoch + 1 == epochs)
+      self.epoch.assign(epoch + 1)
+      logs = self._logs(totals)
+      for name, value in logs.items():
+        history.setdefault(name, []).append(value)
+      self._save()
+      if verbose:
+        shown = " - ".join(f"{k}: {v:.6g}" for k, v in logs.items())
+        logger.info("Epoch %d/%d - step %d - %s", epoch + 1, epochs, int(self.step.numpy()),
+                  shown)
+    return history
+
+  def evaluate(self, dataset, *, steps: Optional[int] = None) -> Dict[str, float]:
+    """Mean loss and metrics over every example of `dataset`, each counted once.
+
+    Under ParameterServerStrategy, `dataset` is a `dataset_fn(input_context)`.
+    Without `steps` its dataset must be finite, and the evaluation is exact:
+    its batches are split into shards, one closure each, built and read on a
+    worker, whose sums come back as the closure's result; a closure re-run
+    after a lost worker replaces its result, so every example counts once.
+    With `steps`, that many batches are read from each worker's (repeated)
+    dataset, as Keras's `evaluate` does there.
+    """
+    if self.loss is None:
+      raise ValueError("evaluate needs the Loop's `loss`. Received: loss=None")
+    return self._logs(self._evaluate(dataset, steps))
+
+  def _logs(self, totals: Mapping[str, float]) -> Dict[str, float]:
+    examples = totals.get(EXAMPLES, 0.0)
+    logs = {name: value / examples if examples else float("nan")
+            for name, value in totals.items() if name != EXAMPLES}
+    logs[EXAMPLES] = examples
+    return logs
+
+  def _save(self):
+    if self._manager is None:
+      return
+    # Every worker saves (a save may read values across workers); only the
+    # chief's copy stays (TF's rule, as in tfdist.training.checkpoints).
+    write_dir = tf_keras_internals.write_dirpath(self._checkpoint_dir, self.strategy)
+    if write_dir == self._checkpoint_dir:
+      self._manager.save(checkpoint_number=int(self.step.numpy()))
+      return
+    tf.train.CheckpointManager(self._checkpoint, write_dir, max_to_keep=1).save()
+    tf_keras_internals.remove_temp_dirpath(write_dir, self.strategy)
+
+
+def _runner_for(strategy) -> Type[Loop]:
+  fallback = None
+  for types, runner in _RUNNERS:
+    if not types:
+      fallback = fallback or runner
+    elif isinstance(strategy, types):
+      return runner
+  if fallback is None:
+    raise TypeError("No training-loop runner is registered: import tfdist.training.loop, "
+                    f"which registers them. Received: {type(strategy).__name__}")
+  return fallback
+
