@@ -1,11 +1,12 @@
 # Two commands do all the set-up on a fresh machine (see README.md):
 #   make compare   the main job: every strategy on the embedded digits, one table
 #   make test      the test suite
+# and `make docs` builds the documentation site into site/.
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: compare test install slurm
+.PHONY: compare test install slurm docs
 
 install: $(VENV)/.installed
 
@@ -28,3 +29,6 @@ slurm:
 
 test: install slurm
 	$(BIN)/python -m pytest
+
+docs: install
+	$(BIN)/mkdocs build --strict --site-dir site

@@ -29,10 +29,10 @@ def _kill_group(process: subprocess.Popen) -> None:
     pass
 
 
-def run(command: Sequence[str], *, timeout: float,
-        env: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess:
+def run(command: Sequence[str], *, timeout: float, env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None) -> subprocess.CompletedProcess:
   """Runs `command` in its own process group; kills the whole group on timeout."""
-  with spawned(command, env=env) as process:
+  with spawned(command, env=env, cwd=cwd) as process:
     try:
       output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -43,14 +43,14 @@ def run(command: Sequence[str], *, timeout: float,
 
 
 @contextlib.contextmanager
-def spawned(command: Sequence[str], *,
-            env: Optional[Mapping[str, str]] = None) -> Iterator[subprocess.Popen]:
-  """A process in its own group, for tests that signal it mid-run.
+def spawned(command: Sequence[str], *, env: Optional[Mapping[str, str]] = None,
+            cwd: Optional[str] = None) -> Iterator[subprocess.Popen]:
+  """A process in its own group (in `cwd`, default the checkout), for tests that signal it.
 
   On leaving the block, the process and all its children are killed.
   """
   process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, env=_environment(env), cwd=REPO,
+                             stdin=subprocess.DEVNULL, env=_environment(env), cwd=cwd or REPO,
                              start_new_session=True, text=True, errors="replace")
   try:
     yield process

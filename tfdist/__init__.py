@@ -21,7 +21,7 @@ import importlib
 # until the application configures logging. Imports no TensorFlow.
 from tfdist import output as _output  # pylint: disable=unused-import
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Public name -> (module, attribute or None for the module itself). Loaded lazily
 # so that `import tfdist` stays cheap for launchers and CLIs.
