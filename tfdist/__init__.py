@@ -2,12 +2,12 @@
 
 Example:
 
->>> import tfdist
->>> from tfdist import keras          # tf_keras: trains under every strategy
->>> strategy = tfdist.make_strategy("mirrored")
->>> with strategy.scope():
-...   model = keras.Sequential([keras.layers.Dense(10)])
-...   model.compile(optimizer="sgd", loss="mse")
+    >>> import tfdist
+    >>> from tfdist import keras          # tf_keras: trains under every strategy
+    >>> strategy = tfdist.make_strategy("mirrored")
+    >>> with strategy.scope():
+    ...   model = keras.Sequential([keras.layers.Dense(10)])
+    ...   model.compile(optimizer="sgd", loss="mse")
 
 Importing tfdist imports no TensorFlow and changes nothing for other code (not
 even `os.environ`): TensorFlow loads on first use of an attribute. Whichever

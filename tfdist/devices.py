@@ -7,10 +7,10 @@ parallelism (layers placed on devices) is `tfdist.placement`.
 
 Example:
 
->>> import tfdist
->>> tfdist.devices.split_physical_device(2)      # first thing in the program
->>> [d.name for d in tf.config.list_logical_devices("CPU")]
-['/device:CPU:0', '/device:CPU:1']
+    >>> import tfdist
+    >>> tfdist.devices.split_physical_device(2)      # first thing in the program
+    >>> [d.name for d in tf.config.list_logical_devices("CPU")]
+    ['/device:CPU:0', '/device:CPU:1']
 """
 
 import contextlib
@@ -142,8 +142,8 @@ def preprocessing_device(device: str = "/cpu:0") -> Iterator[str]:
 
   Example:
 
-  >>> with tfdist.devices.preprocessing_device():
-  ...   images = tf.image.resize(raw_images, (32, 32))
+      >>> with tfdist.devices.preprocessing_device():
+      ...   images = tf.image.resize(raw_images, (32, 32))
   """
   with tf.device(device):
     yield device

@@ -7,9 +7,9 @@ different parts of a batch at once (GPipe's schedule). The devices are
 
 Example:
 
->>> model = place_layers(trained_sequential, ["/cpu:0", "/cpu:1"], micro_batches=4)
->>> model.placement()
-{'/cpu:0': ['dense'], '/cpu:1': ['dense_1']}
+    >>> model = place_layers(trained_sequential, ["/cpu:0", "/cpu:1"], micro_batches=4)
+    >>> model.placement()
+    {'/cpu:0': ['dense'], '/cpu:1': ['dense_1']}
 """
 
 from typing import Dict, List, Sequence
@@ -51,11 +51,11 @@ class PlacedSequential(tf_keras.Model):
 
   Example:
 
-  >>> model = PlacedSequential(
-  ...     [keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)],
-  ...     devices=["/cpu:0", "/cpu:1"])
-  >>> model.placement()
-  {'/cpu:0': ['dense'], '/cpu:1': ['dense_1']}
+      >>> model = PlacedSequential(
+      ...     [keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)],
+      ...     devices=["/cpu:0", "/cpu:1"])
+      >>> model.placement()
+      {'/cpu:0': ['dense'], '/cpu:1': ['dense_1']}
   """
 
   def __init__(self, layers: Sequence[tf_keras.layers.Layer], devices: Sequence[str],

@@ -7,9 +7,9 @@ never as a side effect of which module happened to be imported first.
 
 Example:
 
->>> launchers = Registry("launcher")
->>> launchers.register("local", LocalLauncher)
->>> launchers.get("local")
+    >>> launchers = Registry("launcher")
+    >>> launchers.register("local", LocalLauncher)
+    >>> launchers.get("local")
 """
 
 from typing import Dict, Generic, List, Tuple, TypeVar

@@ -23,9 +23,9 @@ back as a JSON file; progress goes to the `tfdist` logger.
 
 Example:
 
->>> result = tfdist.advise("my_model.py", workers=4)
->>> print(result.advice)
->>> result.advice.pick.name
+    >>> result = tfdist.advise("my_model.py", workers=4)
+    >>> print(result.advice)
+    >>> result.advice.pick.name
 """
 
 import dataclasses

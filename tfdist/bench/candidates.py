@@ -19,9 +19,9 @@ the level this process happens to run on.
 
 Example:
 
->>> time_ways(model_fn, {"one_device": ("one_device", 64), "mirrored": ("mirrored", 64)},
-...           steps=20, repeats=3)
-{'step': {'one_device': 0.0031, 'mirrored': 0.0042}}
+    >>> time_ways(model_fn, {"one_device": ("one_device", 64), "mirrored": ("mirrored", 64)},
+    ...           steps=20, repeats=3)
+    {'step': {'one_device': 0.0031, 'mirrored': 0.0042}}
 """
 
 import math

@@ -22,10 +22,10 @@ way it ranked; `tfdist.bench.advise` measures and advises (`tfdist.advise`).
 
 Example:
 
->>> advice = decide(measurements, Cluster(workers=2, devices_per_worker=2))
->>> print(advice)
->>> advice.pick.name
-'one_device'
+    >>> advice = decide(measurements, Cluster(workers=2, devices_per_worker=2))
+    >>> print(advice)
+    >>> advice.pick.name
+    'one_device'
 """
 
 import dataclasses
@@ -115,6 +115,7 @@ class Advice:
   efficiency: Optional[float] = None  # Of the pick, against one device's examples/s x replicas.
 
   def as_dict(self) -> dict:
+    """As JSON-ready data: the pick, every option, and the reasons."""
     return dataclasses.asdict(self)
 
   def __str__(self) -> str:

@@ -7,8 +7,8 @@ a speed: the numbers are printed and saved.
 
 Example:
 
->>> timers = {"raw": fit_timer(model_fn, (784,), raw), "tfdist": fit_timer(model_fn, (784,), ours)}
->>> interleaved_ratio(timers["raw"], timers["tfdist"], repeats=21)["cpu"]["ratio"]
+    >>> timers = {"raw": fit_timer(model_fn, (784,), raw), "tfdist": fit_timer(model_fn, (784,), ours)}
+    >>> interleaved_ratio(timers["raw"], timers["tfdist"], repeats=21)["cpu"]["ratio"]
 """
 
 import contextlib

@@ -9,7 +9,7 @@ allocator adds workspace on top of this count.
 
 Example:
 
->>> footprint(model, batch_size=64).total / 2**20   # MB per replica
+    >>> footprint(model, batch_size=64).total / 2**20   # MB per replica
 """
 
 import dataclasses
@@ -46,6 +46,7 @@ class Footprint:
     return max(1, math.ceil(self.total / memory_per_device))
 
   def as_dict(self) -> dict:
+    """The bytes by kind, as JSON-ready data."""
     return dataclasses.asdict(self)
 
 

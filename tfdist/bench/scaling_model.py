@@ -18,9 +18,9 @@ step(1)/step(n): 1.0 means n replicas give n times the examples per second.
 
 Example:
 
->>> predicted = predict(compute_seconds=0.030, gradient_bytes=7e6, busbw=0.3e9,
-...                     replicas=[2, 4, 8], latency_seconds=0.004)
->>> print(advice(compute_seconds=0.030, gradient_bytes=7e6, busbw=0.3e9))
+    >>> predicted = predict(compute_seconds=0.030, gradient_bytes=7e6, busbw=0.3e9,
+    ...                     replicas=[2, 4, 8], latency_seconds=0.004)
+    >>> print(advice(compute_seconds=0.030, gradient_bytes=7e6, busbw=0.3e9))
 """
 
 import dataclasses

@@ -10,8 +10,8 @@ Nothing here imports TensorFlow, so launchers and `tfdist doctor` stay light.
 
 Example:
 
->>> from tfdist.cluster import ClusterSpec
->>> spec = ClusterSpec.from_env()    # TF_CONFIG, a Kubernetes pod, SLURM, or None
+    >>> from tfdist.cluster import ClusterSpec
+    >>> spec = ClusterSpec.from_env()    # TF_CONFIG, a Kubernetes pod, SLURM, or None
 """
 
 from tfdist.cluster.spec import (CHIEF, CLUSTER_TASK_TYPES, EVALUATOR, LOOPBACK_HOSTS, PS,

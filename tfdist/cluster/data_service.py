@@ -18,8 +18,8 @@ reads through them).
 
 Example:
 
->>> service = DataServiceSpec.local(workers=2)
->>> env = service.environment(job_name="tfdist-1")   # for every trainer
+    >>> service = DataServiceSpec.local(workers=2)
+    >>> env = service.environment(job_name="tfdist-1")   # for every trainer
 """
 
 import dataclasses

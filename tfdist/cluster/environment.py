@@ -12,9 +12,9 @@ environment, else none (a single process). `resolve` does exactly that.
 
 Example:
 
->>> environment = detect({"TF_CONFIG": '{"cluster": {"worker": ["h:2222"]}}'})
->>> environment.name
-'tf_config'
+    >>> environment = detect({"TF_CONFIG": '{"cluster": {"worker": ["h:2222"]}}'})
+    >>> environment.name
+    'tf_config'
 """
 
 import abc

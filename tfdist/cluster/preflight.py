@@ -14,8 +14,8 @@ same port with its real server.
 
 Example:
 
->>> spec = ClusterSpec.from_env()
->>> wait_for_tasks(spec, timeout=30)   # raises TaskUnreachableError
+    >>> spec = ClusterSpec.from_env()
+    >>> wait_for_tasks(spec, timeout=30)   # raises TaskUnreachableError
 """
 
 import errno

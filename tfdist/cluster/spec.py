@@ -10,11 +10,11 @@ Indexed Job) is `tfdist.cluster.environment`'s job.
 
 Example:
 
->>> spec = ClusterSpec({"worker": ["localhost:2222", "localhost:2223"]})
->>> spec.num_workers
-2
->>> json.loads(spec.tf_config("worker", 1))["task"]
-{'type': 'worker', 'index': 1}
+    >>> spec = ClusterSpec({"worker": ["localhost:2222", "localhost:2223"]})
+    >>> spec.num_workers
+    2
+    >>> json.loads(spec.tf_config("worker", 1))["task"]
+    {'type': 'worker', 'index': 1}
 """
 
 import dataclasses
@@ -64,10 +64,10 @@ class ClusterSpec:
 
   Example:
 
-  >>> spec = ClusterSpec.local(workers=2, ps=1, chief=True)
-  >>> sorted(spec.jobs)
-  ['chief', 'ps', 'worker']
-  >>> os.environ["TF_CONFIG"] = spec.tf_config("worker", 0)  # in worker 0
+      >>> spec = ClusterSpec.local(workers=2, ps=1, chief=True)
+      >>> sorted(spec.jobs)
+      ['chief', 'ps', 'worker']
+      >>> os.environ["TF_CONFIG"] = spec.tf_config("worker", 0)  # in worker 0
 
   Attributes:
     jobs: job name -> tuple of "host:port" addresses (a read-only mapping).
@@ -414,8 +414,8 @@ def split_address(address: str) -> Tuple[str, Optional[str]]:
 
   Example:
 
-  >>> split_address("[::1]:2222")
-  ('::1', '2222')
+      >>> split_address("[::1]:2222")
+      ('::1', '2222')
   """
   if address.startswith("["):
     host, _, rest = address[1:].partition("]")

@@ -5,9 +5,9 @@ Nothing is downloaded: the digits ship inside scikit-learn. The split is fixed
 
 Example:
 
->>> (x_train, y_train), (x_test, y_test) = load_digits()
->>> x_train.shape, x_test.shape
-((1437, 8, 8, 1), (360, 8, 8, 1))
+    >>> (x_train, y_train), (x_test, y_test) = load_digits()
+    >>> x_train.shape, x_test.shape
+    ((1437, 8, 8, 1), (360, 8, 8, 1))
 """
 
 import functools

@@ -12,8 +12,8 @@
 
 Example:
 
->>> print(explain(num_elements=1437, global_batch_size=64, num_workers=2,
-...               replicas_per_worker=2, num_files=4))
+    >>> print(explain(num_elements=1437, global_batch_size=64, num_workers=2,
+    ...               replicas_per_worker=2, num_files=4))
 """
 
 import dataclasses

@@ -12,9 +12,9 @@ highly input-bound.
 
 Example:
 
->>> report = InputBoundReport(dataset_fn)
->>> model.fit(distribute_function(strategy, dataset_fn), callbacks=[report], ...)
-input-bound: 37% of step time waiting for data (highly input-bound: ...)
+    >>> report = InputBoundReport(dataset_fn)
+    >>> model.fit(distribute_function(strategy, dataset_fn), callbacks=[report], ...)
+    input-bound: 37% of step time waiting for data (highly input-bound: ...)
 """
 
 import logging

@@ -18,8 +18,8 @@ parallelises only stateless maps. `random_crop_and_flip` is one such map.
 
 Example:
 
->>> ds = data.build(data.from_tensors(images, labels), batch_size=64,
-...                 shuffle_buffer=2048, cache="memory", repeat=True)
+    >>> ds = data.build(data.from_tensors(images, labels), batch_size=64,
+    ...                 shuffle_buffer=2048, cache="memory", repeat=True)
 """
 
 import dataclasses
@@ -58,6 +58,7 @@ class PipelineOptions:
         raise ValueError(f"`{field}` must be an integer >= 1, or None. Received: {value!r}")
 
   def to_tf(self) -> tf.data.Options:
+    """These settings as `tf.data.Options`, for `Dataset.with_options`."""
     options = tf.data.Options()
     options.autotune.enabled = self.autotune
     if self.ram_budget_mb is not None:

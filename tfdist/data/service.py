@@ -23,8 +23,8 @@ trainer process, which separate data workers are not; they are refused.
 
 Example:
 
->>> dataset = tfdist.data.service.distribute(tfdist.data.build(...))
->>> model.fit(dataset, epochs=3)       # under any strategy, in every trainer
+    >>> dataset = tfdist.data.service.distribute(tfdist.data.build(...))
+    >>> model.fit(dataset, epochs=3)       # under any strategy, in every trainer
 """
 
 import os

@@ -6,8 +6,8 @@ file-based auto-sharding and per-worker file assignment all run for real offline
 
 Example:
 
->>> prepare("/tmp/tfds", num_shards=4)
->>> ds = tfds.load("tfdist_digits", split="train", data_dir="/tmp/tfds", as_supervised=True)
+    >>> prepare("/tmp/tfds", num_shards=4)
+    >>> ds = tfds.load("tfdist_digits", split="train", data_dir="/tmp/tfds", as_supervised=True)
 """
 
 import os

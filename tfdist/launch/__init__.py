@@ -10,9 +10,9 @@
 
 Example:
 
->>> from tfdist import launch
->>> launch.launch_local(["python", "train.py"], ClusterSpec.local(workers=2))
-0
+    >>> from tfdist import launch
+    >>> launch.launch_local(["python", "train.py"], ClusterSpec.local(workers=2))
+    0
 """
 
 # Their own dependencies (PyYAML, sbatch) load only when used.

@@ -40,9 +40,9 @@ never finish by themselves.
 
 Example:
 
->>> docs = indexed_jobs("mnist", image="me/train:1", command=["python", "train.py"],
-...                     workers=2)
->>> print(to_yaml(docs))          # kubectl apply -f -
+    >>> docs = indexed_jobs("mnist", image="me/train:1", command=["python", "train.py"],
+    ...                     workers=2)
+    >>> print(to_yaml(docs))          # kubectl apply -f -
 """
 
 import json

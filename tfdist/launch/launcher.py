@@ -7,9 +7,9 @@ a `Job` from its flags and dispatches on `make_launcher(name, ...)`.
 
 Example:
 
->>> launcher = make_launcher("local", network="loopback")
->>> launcher.launch(["python", "train.py"], Job(workers=2))
-0
+    >>> launcher = make_launcher("local", network="loopback")
+    >>> launcher.launch(["python", "train.py"], Job(workers=2))
+    0
 """
 
 import abc

@@ -22,16 +22,18 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
 
   Example:
 
-  >>> def train():
-  ...   import tfdist
-  ...   strategy = tfdist.make_strategy("multi_worker_mirrored")
-  ...   ...
-  >>> tfdist.launch.notebook_launch(train, workers=2)
+      >>> def train():
+      ...   import tfdist
+      ...   strategy = tfdist.make_strategy("multi_worker_mirrored")
+      ...   ...
+      >>> tfdist.launch.notebook_launch(train, workers=2)
 
   Args:
     function_or_script: a function taking no arguments, or a script's path.
-    workers, ps, chief: the local cluster (see `ClusterSpec.local`); with ps
-      tasks a chief is added, as every launcher does (`launcher.with_coordinator`).
+    workers: worker tasks of the local cluster (see `ClusterSpec.local`).
+    ps: parameter-server tasks; with ps tasks a chief is added, as every
+      launcher does (`launcher.with_coordinator`).
+    chief: whether the cluster has a chief task.
     args: command-line arguments for a script.
     timeout: seconds before the cluster is stopped.
     output: where lines go (default: the cell, i.e. sys.stdout).

@@ -13,8 +13,8 @@ One holder process creates the namespace (`unshare --user --map-root-user
 
 Example:
 
->>> with private_network.enter("auto", spec, print) as prefix:
-...   subprocess.Popen(prefix + ["python", "train.py"], env=...)
+    >>> with private_network.enter("auto", spec, print) as prefix:
+    ...   subprocess.Popen(prefix + ["python", "train.py"], env=...)
 """
 
 import contextlib

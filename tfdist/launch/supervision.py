@@ -108,6 +108,7 @@ class Cluster:
     self.tasks: List[Supervised] = []
 
   def run(self, timeout, max_restarts) -> int:
+    """Starts every task and server, applies the restart rules; the job's exit code."""
     deadline = None if timeout is None else time.monotonic() + timeout
     self.restarts_left = max_restarts
     # SIGINT and SIGTERM are only recorded, until every task is stopped: a
@@ -143,6 +144,7 @@ class Cluster:
     return [self.start(task, command) for task, command in self.servers.commands()]
 
   def task_env(self, task) -> Dict[str, str]:
+    """The environment of `task`: its TF_CONFIG, and the tf.data service's variables."""
     env = task_environment(self.spec, task, self.env)
     if self.servers is not None:
       env.update(self.servers.environment(self.attempt, os.getpid()))
@@ -185,6 +187,7 @@ class Cluster:
     process.stdout.close()
 
   def report(self, message: str) -> None:
+    """Writes one `[tfdist launch]` line to the launch's output."""
     with self.lock:
       self.output.write(f"[tfdist launch] {message}\n")
       self.output.flush()

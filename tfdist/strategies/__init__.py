@@ -2,10 +2,10 @@
 
 Example:
 
->>> strategy = make_strategy("mirrored", cross_device_ops="reduction_to_one_device")
->>> with strategy.scope():
-...   model = keras.Sequential([keras.layers.Dense(10)])
-...   model.compile(optimizer="sgd", loss="mse")
+    >>> strategy = make_strategy("mirrored", cross_device_ops="reduction_to_one_device")
+    >>> with strategy.scope():
+    ...   model = keras.Sequential([keras.layers.Dense(10)])
+    ...   model.compile(optimizer="sgd", loss="mse")
 
 Names: one_device, default, mirrored, central_storage (`local`),
 multi_worker_mirrored (`multi_worker_mirrored`), parameter_server

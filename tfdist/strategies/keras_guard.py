@@ -27,6 +27,7 @@ class RefusesKeras3:
     raise NotImplementedError
 
   def experimental_distribute_dataset(self, dataset, options=None):
+    """TF's, after refusing a Keras 3 `fit` that would fail (see the class)."""
     # Keras 3's TFEpochIterator distributes the dataset before its first step.
     caller = sys._getframe(1).f_globals.get("__name__", "")
     if caller.startswith("keras."):
@@ -34,6 +35,7 @@ class RefusesKeras3:
     return super().experimental_distribute_dataset(dataset, options)
 
   def run(self, fn, args=(), kwargs=None, options=None):
+    """TF's `run`, after the refusal this class exists for (see the class)."""
     if keras_support.is_keras3_function(fn):
       self._maybe_refuse()
     return super().run(fn, args=args, kwargs=kwargs, options=options)
@@ -76,6 +78,7 @@ class RefusesJitCompile:
     raise NotImplementedError
 
   def run(self, fn, args=(), kwargs=None, options=None):
+    """TF's `run`, after the refusal this class exists for (see the class)."""
     if _compiled_with_xla(fn):
       reason = self._jit_failure()
       if reason:

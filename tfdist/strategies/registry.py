@@ -9,10 +9,10 @@ checked by the strategy's own validator.
 
 Example:
 
->>> def my_strategy(devices=None):
-...   return tf.distribute.MirroredStrategy(devices)
->>> register("my_strategy", my_strategy)
->>> make_strategy("my_strategy").num_replicas_in_sync
+    >>> def my_strategy(devices=None):
+    ...   return tf.distribute.MirroredStrategy(devices)
+    >>> register("my_strategy", my_strategy)
+    >>> make_strategy("my_strategy").num_replicas_in_sync
 """
 
 import dataclasses
@@ -79,9 +79,9 @@ def make_strategy(name: str, **options: Any) -> tf.distribute.Strategy:
 
   Example:
 
-  >>> strategy = make_strategy("one_device")
-  >>> strategy.num_replicas_in_sync
-  1
+      >>> strategy = make_strategy("one_device")
+      >>> strategy.num_replicas_in_sync
+      1
   """
   builder = entry(name).builder
   valid = list(inspect.signature(builder).parameters)

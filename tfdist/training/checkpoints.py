@@ -9,9 +9,9 @@ TensorBoard logs, and wire Keras's `BackupAndRestore` for resuming.
 
 Example:
 
->>> callbacks = [checkpointing.backup_and_restore(checkpoint_dir)]
->>> model.fit(..., callbacks=callbacks)      # a restarted job resumes here
->>> checkpointing.save_model(model, os.path.join(checkpoint_dir, "model.keras"))
+    >>> callbacks = [checkpointing.backup_and_restore(checkpoint_dir)]
+    >>> model.fit(..., callbacks=callbacks)      # a restarted job resumes here
+    >>> checkpointing.save_model(model, os.path.join(checkpoint_dir, "model.keras"))
 """
 
 import contextlib

@@ -20,9 +20,9 @@ digits. Every replica sees the same sums, so all of them skip together.
 
 Example:
 
->>> with strategy.scope():
-...   model = make_model()
-...   model.compile(optimizer=compress_gradients(keras.optimizers.SGD(0.1)), loss=...)
+    >>> with strategy.scope():
+    ...   model = make_model()
+    ...   model.compile(optimizer=compress_gradients(keras.optimizers.SGD(0.1)), loss=...)
 """
 
 import tensorflow as tf

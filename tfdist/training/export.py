@@ -21,8 +21,8 @@ and no tfdist, and whose outputs equal the model's. It is Keras's own export
 
 Example:
 
->>> path = tfdist.export(model, "/models/digits")   # "/models/digits/1" on the chief
->>> served = tf.saved_model.load(path).signatures["serving_default"]
+    >>> path = tfdist.export(model, "/models/digits")   # "/models/digits/1" on the chief
+    >>> served = tf.saved_model.load(path).signatures["serving_default"]
 """
 
 import contextlib

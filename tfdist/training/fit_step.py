@@ -21,11 +21,11 @@ own all-reduces.
 
 Example:
 
->>> with strategy.scope():
-...   model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
->>> synchronise_once(model, strategy)
-'one all-reduce per step'
->>> model.fit(dataset, epochs=3)
+    >>> with strategy.scope():
+    ...   model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    >>> synchronise_once(model, strategy)
+    'one all-reduce per step'
+    >>> model.fit(dataset, epochs=3)
 """
 
 import types

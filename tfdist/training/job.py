@@ -87,6 +87,7 @@ class TrainResult:
   export_path: Optional[str] = None  # The SavedModel version written (by the chief).
 
   def as_dict(self) -> dict:
+    """As JSON-ready data: what `tfdist train --result_file` writes."""
     return dataclasses.asdict(self)
 
 

@@ -21,9 +21,9 @@ variables keep. tfdist's default model does; give your own last layer
 
 Example:
 
->>> with tfdist.training.precision.policy("mixed_bfloat16"):
-...   with strategy.scope():
-...     model = make_model()          # layers compute in bfloat16
+    >>> with tfdist.training.precision.policy("mixed_bfloat16"):
+    ...   with strategy.scope():
+    ...     model = make_model()          # layers compute in bfloat16
 """
 
 import contextlib

@@ -7,10 +7,10 @@ or by sqrt(N), with a warm-up so that the first steps do not diverge.
 
 Example:
 
->>> global_batch_size(64, num_replicas=2)
-128
->>> scale_learning_rate(0.1, num_replicas=4, rule="sqrt")
-0.2
+    >>> global_batch_size(64, num_replicas=2)
+    128
+    >>> scale_learning_rate(0.1, num_replicas=4, rule="sqrt")
+    0.2
 """
 
 import math
@@ -128,8 +128,8 @@ class WarmUp(tf_keras.optimizers.schedules.LearningRateSchedule):
 
   Example:
 
-  >>> lr = WarmUp(0.1, target=scale_learning_rate(0.1, 4), warmup_steps=100)
-  >>> optimizer = tfdist.keras.optimizers.SGD(lr)
+      >>> lr = WarmUp(0.1, target=scale_learning_rate(0.1, 4), warmup_steps=100)
+      >>> optimizer = tfdist.keras.optimizers.SGD(lr)
   """
 
   def __init__(self, initial_learning_rate: float, target, warmup_steps: int):
@@ -158,6 +158,7 @@ class WarmUp(tf_keras.optimizers.schedules.LearningRateSchedule):
     return tf.where(step < self.warmup_steps, warm, target)
 
   def get_config(self):
+    """Keras's config, a schedule as target serialized: the schedule saves with the model."""
     target = self.target
     if isinstance(target, tf_keras.optimizers.schedules.LearningRateSchedule):
       target = tf_keras.optimizers.schedules.serialize(target)

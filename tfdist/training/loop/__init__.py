@@ -17,10 +17,10 @@ whose steps run on the workers as closures. Both are `Loop`s: the same
 
 Example:
 
->>> loop = tfdist.training.loop.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
-...                         optimizer=keras.optimizers.SGD(0.1), steps_per_loop=10)
->>> history = loop.fit(dataset, epochs=3)          # {"loss": [...], "examples": [...]}
->>> loop.evaluate(test_dataset)                    # {"loss": ..., "examples": 1001.0}
+    >>> loop = tfdist.training.loop.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
+    ...                         optimizer=keras.optimizers.SGD(0.1), steps_per_loop=10)
+    >>> history = loop.fit(dataset, epochs=3)          # {"loss": [...], "examples": [...]}
+    >>> loop.evaluate(test_dataset)                    # {"loss": ..., "examples": 1001.0}
 
 Or a step of your own, per replica, returning sums over its examples:
 
