@@ -153,3 +153,26 @@ def read_once(results, epoch):
   a, b = results[epoch, 0], results[epoch, 1]
   bits = int(a["bits"], 16) | int(b["bits"], 16)
   return a["count"] + b["count"], bin(bits).count("1"), bool(a["count"] and b["count"])
+
+
+# --- the strategy tests' model: the same user code under every strategy ---
+
+def regression_data():
+  """A small linear regression: (x, y), the same every call."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  x = rng.random((256, 4)).astype("float32")
+  y = x @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32")
+  return x, y
+
+
+def build_and_fit(strategy, epochs=5):
+  """The user's Keras code, identical for every strategy: (model, epoch losses)."""
+  from tfdist import keras  # pylint: disable=g-import-not-at-top
+  x, y = regression_data()
+  keras.utils.set_random_seed(1)
+  with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+  history = model.fit(x, y, batch_size=32, epochs=epochs, shuffle=False, verbose=0)
+  return model, history.history["loss"]

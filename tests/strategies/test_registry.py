@@ -1,0 +1,95 @@
+"""tfdist.strategies.registry: names, options, and the errors each strategy's check raises."""
+
+import pytest
+
+import tfdist
+from tfdist import strategies
+
+
+def test_registry_names():
+  assert strategies.available_strategies() == [
+      "central_storage", "default", "mirrored", "multi_worker_mirrored", "one_device",
+      "parameter_server"]
+
+
+class TestErrors:
+
+  def test_unknown_name_lists_valid_ones(self):
+    with pytest.raises(ValueError, match=r"Unknown strategy name. Valid names: \['central_storage'"
+                       r".*Received: 'mirorred'"):
+      tfdist.make_strategy("mirorred")
+
+  def test_unknown_option_lists_valid_ones(self):
+    with pytest.raises(TypeError, match=r"Strategy 'mirrored' does not take option\(s\) "
+                       r"\['communication'\]. Its options: \['devices', 'cross_device_ops'\]"):
+      tfdist.make_strategy("mirrored", communication="ring")
+
+  def test_bad_cross_device_ops(self):
+    with pytest.raises(ValueError, match=r"`cross_device_ops` must be one of \['auto', 'nccl', "
+                       r"'hierarchical_copy', 'reduction_to_one_device'\]. Received: 'ring'"):
+      tfdist.make_strategy("mirrored", cross_device_ops="ring")
+
+  def test_missing_device(self):
+    with pytest.raises(ValueError, match=r"names a device this process does not have.*"
+                       r"split_physical_device.*Received: '/cpu:7'"):
+      tfdist.make_strategy("mirrored", devices=["/cpu:0", "/cpu:7"])
+
+  def test_malformed_device(self):
+    with pytest.raises(ValueError, match=r"not a device name.*Received: 'gpu0'"):
+      tfdist.make_strategy("one_device", device="gpu0")
+
+  def test_devices_must_be_a_list(self):
+    with pytest.raises(ValueError, match=r"non-empty list.*Received: devices='/cpu:0'"):
+      tfdist.make_strategy("mirrored", devices="/cpu:0")
+
+  @pytest.mark.parametrize("options, match", [
+      ({"communication": "mpi"}, r"`communication` must be one of \['auto', 'ring', 'nccl'\]. "
+       r"Received: 'mpi'"),
+      ({"bytes_per_pack": -1}, r"`bytes_per_pack` must be an integer >= 0.*Received: -1"),
+      ({"timeout_seconds": 0}, r"`timeout_seconds` must be > 0.*Received: 0"),
+      ({"cluster": "localhost:2222"}, r"`cluster` must be a tfdist.ClusterSpec"),
+      ({"devices_per_worker": 0}, r"`devices_per_worker` must be an integer >= 1, or None "
+       r"for TF's choice. Received: devices_per_worker=0"),
+      # conftest split the CPU into 2.
+      ({"devices_per_worker": 3}, r"`devices_per_worker=3` needs that many logical CPUs on "
+       r"each worker: call tfdist.devices.split_physical_device\(3\) before make_strategy. "
+       r"Received: devices_per_worker=3, logical CPUs=2$"),
+  ])
+  def test_bad_multi_worker_options(self, options, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+      tfdist.make_strategy("multi_worker_mirrored", **options)
+
+  def test_multi_worker_cannot_use_ps(self):
+    spec = tfdist.ClusterSpec.local(workers=2, ps=1).with_task("worker", 0)
+    with pytest.raises(ValueError, match=r"multi_worker_mirrored cannot use `cluster.ps`.*"
+                       r"parameter_server.*Received: cluster.ps=\['localhost:\d+'\]"):
+      tfdist.make_strategy("multi_worker_mirrored", cluster=spec)
+
+  def test_parameter_server_needs_ps(self):
+    spec = tfdist.ClusterSpec.local(workers=2, chief=True).with_task("chief", 0)
+    with pytest.raises(ValueError, match=r"parameter_server needs a `cluster.ps` job.*"
+                       r"Received: ClusterSpec\(chief="):
+      tfdist.make_strategy("parameter_server", cluster=spec)
+
+  def test_an_in_process_cluster_on_the_host_network_is_refused_unless_accepted(self):
+    # Before: its servers started on every interface of this machine, silently.
+    with pytest.raises(ValueError, match=r"would listen on every interface of this machine.*"
+                       r"tfdist train --in_process.*network='host'.*Received: "
+                       r"network='loopback' on a network with \["):
+      tfdist.make_strategy("parameter_server", in_process=True)
+    with pytest.raises(ValueError, match=r"`network` must be one of \['loopback', 'host'\]. "
+                       r"Received: 'lan'"):
+      tfdist.make_strategy("parameter_server", in_process=True, network="lan")
+
+  def test_parameter_server_needs_a_cluster(self):
+    with pytest.raises(ValueError, match=r"parameter_server needs a cluster.*in_process=True.*"
+                       r"Received: cluster=None and no TF_CONFIG"):
+      tfdist.make_strategy("parameter_server")
+
+  @pytest.mark.parametrize("options, match", [
+      ({"num_ps_shards": 2, "min_shard_bytes": 10}, r"at most one of `num_ps_shards`"),
+      ({"num_ps_shards": 0}, r"`num_ps_shards` must be an integer >= 1. Received: 0"),
+  ])
+  def test_bad_partitioner(self, options, match):
+    with pytest.raises(ValueError, match=match):
+      tfdist.make_strategy("parameter_server", **options)
