@@ -3,7 +3,8 @@
 One module per library: `tensorflow`, `tf_keras` and `keras` (Keras 3). Each
 imports from `tensorflow.python`, `tf_keras.src` or `keras.src`, or reads or
 replaces a private attribute, so that the rest of tfdist does neither
-(`tests/internals/test_inventory.py` fails on a new one outside this package).
+(`tests/test_architecture.py` fails on a new one outside this package, and
+on one inside that is not in its inventory).
 Each names the versions it was tested with (`TESTED`), checks them before it
 changes anything (`versions.check`: a warning naming the version on others,
 and nothing changed), and each patch comes as `enable_<name>()` with its undo

@@ -44,11 +44,11 @@ Under ParameterServerStrategy, `fit` takes a `dataset_fn(input_context)` and
 `steps_per_epoch`, as Keras does; steps run on the workers through the
 strategy's `ClusterCoordinator`, which re-runs a step whose worker was lost.
 Keras 3 trains there too: its variables' `assign_add` is made the atomic TF op
-(`keras_internals.enable_atomic_assign_add`), else concurrent workers lose updates.
+(`tfdist.internals.keras.enable_atomic_assign_add`), else concurrent workers lose updates.
 Keras 3 variables sharded over the ps tasks (`num_ps_shards > 1`) train too:
 the gradients and updates go to the shards (`Loop.trainable_variables`, as
 tf_keras lists sharded variables), and checkpoints save each variable whole
-(`keras_internals.enable_sharded_checkpoints`). A `step_fn` of your own must
+(`tfdist.internals.keras.enable_sharded_checkpoints`). A `step_fn` of your own must
 differentiate `loop.trainable_variables`, not the model's.
 """
 
