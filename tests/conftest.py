@@ -1,5 +1,6 @@
 """Test set-up: two logical CPUs stand in for two GPUs, and no test may leak env vars."""
 
+import logging
 import os
 
 import pytest
@@ -8,6 +9,11 @@ import tfdist
 
 # Must run before the TF runtime starts; nothing before this line may run an op.
 tfdist.devices.split_physical_device(2)
+
+# tfdist's records also reach pytest's capture (caplog) on the root logger; its
+# own handler still writes them to the stream (capsys). tests/test_output.py
+# checks the default, without this, in fresh processes.
+logging.getLogger("tfdist").propagate = True
 
 
 @pytest.fixture(autouse=True)

@@ -22,12 +22,17 @@ def test_info_goes_to_stdout_and_warnings_to_stderr_as_bare_messages():
   assert done.stdout == "an info line\n" and done.stderr == "a warning\n"
 
 
-def test_an_application_logging_setup_gets_each_record_once():
-  done = _python("import logging; logging.basicConfig(format='app: %(message)s'); " + SAY)
+def test_lines_look_the_same_whatever_sets_up_logging_and_go_to_yours_on_request():
+  # Before: any root handler (a library's implicit basicConfig too) took the
+  # records, and the lines changed format with the libraries imported.
+  setup = "import logging; logging.basicConfig(format='app: %(message)s'); "
+  done = _python(setup + SAY)
+  assert done.stdout == "an info line\n" and done.stderr == "a warning\n"
+  done = _python(setup + "import tfdist; tfdist.output.use_root_handlers(); " +
+                 SAY.split("; ", 1)[1])
   # basicConfig leaves the root at WARNING, but a record of tfdist's own level
   # reaches the root's handler: once, in the application's format.
-  assert done.stdout == ""
-  assert done.stderr == "app: an info line\napp: a warning\n"
+  assert done.stdout == "" and done.stderr == "app: an info line\napp: a warning\n"
 
 
 def test_it_can_be_silenced_by_level_or_by_name():
@@ -49,7 +54,7 @@ def test_a_main_shows_tfdist_on_the_console_beside_absl_handlers():
   # as they always printed, on stdout, and only once.
   code = ("import logging; from absl import logging as absl_logging; "
           "absl_logging.use_absl_handler(); from tfdist import output; "
-          "output.show_on_console(); " + SAY)
+          "output.use_root_handlers(); output.show_on_console(); " + SAY)
   done = _python(code)
   assert done.stdout == "an info line\n"
   assert done.stderr.count("a warning") == 1

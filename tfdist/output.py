@@ -1,14 +1,16 @@
 """tfdist's output policy: library code logs to the `tfdist` logger; only mains print.
 
-Until the application configures logging itself, the `tfdist` logger shows its
-INFO lines on stdout (as Keras prints its progress) and its warnings and
-errors on stderr, each as the bare message. Once the root logger has a handler
-(`logging.basicConfig`, absl's), tfdist's records go there instead, and
-nothing is shown twice. To quieten or redirect tfdist:
+The `tfdist` logger shows its INFO lines on stdout (as Keras prints its
+progress) and its warnings and errors on stderr, each as the bare message,
+through a handler of its own; it does not propagate to the root logger, so
+its lines look the same whatever other libraries do to logging (a module-level
+`logging.warning()` anywhere installs a root handler implicitly). To quieten
+or redirect tfdist:
 
->>> import logging
->>> logging.getLogger("tfdist").setLevel(logging.WARNING)  # only warnings and errors
->>> tfdist.output.set_verbosity("error")                    # the same, by name
+    >>> import logging
+    >>> logging.getLogger("tfdist").setLevel(logging.WARNING)  # only warnings and errors
+    >>> tfdist.output.set_verbosity("error")                    # the same, by name
+    >>> tfdist.output.use_root_handlers()   # to your handlers, in your format, instead
 
 `tfdist`'s commands take `--verbosity` for the same.
 """
@@ -24,13 +26,9 @@ LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNI
 
 
 class _DefaultHandler(logging.Handler):
-  """Shows a record as its message until the application has a logging setup of its own."""
-
-  always = False  # Set by mains (`show_on_console`): shown whatever the root's handlers.
+  """Shows a record as its bare message: INFO on stdout, warnings and errors on stderr."""
 
   def emit(self, record):
-    if not self.always and logging.getLogger().handlers:
-      return  # The application's handlers get it through propagation.
     # Looked up at each record: pytest and notebooks replace the streams.
     stream = sys.stdout if record.levelno < logging.WARNING else sys.stderr
     try:
@@ -49,14 +47,22 @@ def set_verbosity(level: str) -> None:
 
 
 def show_on_console(level: int = logging.INFO) -> None:
-  """For mains: tfdist's records from `level` up go to the console as bare messages.
+  """tfdist's records from `level` up go to the console as bare messages (the default).
 
-  Whatever handlers the root logger has (absl's `app.run` installs its own),
-  and only there: INFO on stdout, warnings and errors on stderr.
+  Mains call it with their `--verbosity`: INFO on stdout, warnings and errors
+  on stderr, and not to the root logger's handlers (absl's `app.run` installs
+  its own), so nothing shows twice.
   """
-  _handler.always = True
+  if _handler not in logger.handlers:
+    logger.addHandler(_handler)
   logger.propagate = False
   logger.setLevel(level)
+
+
+def use_root_handlers() -> None:
+  """tfdist's records go to the root logger's handlers (your logging setup) instead."""
+  logger.removeHandler(_handler)
+  logger.propagate = True
 
 
 def _install() -> "_DefaultHandler":
@@ -65,6 +71,7 @@ def _install() -> "_DefaultHandler":
       return handler
   handler = _DefaultHandler()
   logger.addHandler(handler)
+  logger.propagate = False  # Shown once, by this handler (see the module's docstring).
   if logger.level == logging.NOTSET:
     logger.setLevel(logging.INFO)
   return handler

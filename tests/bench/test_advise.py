@@ -52,7 +52,7 @@ def test_bad_options_are_refused_naming_the_field(options, match):
     tfdist.advise("mlp", **options)
 
 
-def test_a_missing_model_file_is_refused_before_anything_is_measured(caplog):
+def test_a_missing_model_file_is_refused_before_anything_is_measured(capsys):
   with pytest.raises(ValueError, match=r"`--model` names no file.*Received: 'no_such.py'"):
     tfdist.advise("no_such.py")
-  assert "measuring" not in caplog.text
+  assert "measuring" not in capsys.readouterr().out
