@@ -10,9 +10,12 @@ import importlib.util
 import os
 import sys
 
-from tfdist.internals import keras as keras_internals
-
-keras_internals.enable_multi_worker_on_import()
+try:
+  from tfdist.internals import keras as keras_internals
+except ImportError:  # A task run by a Python without tfdist: nothing to enable.
+  keras_internals = None
+if keras_internals is not None:
+  keras_internals.enable_multi_worker_on_import()
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # Hand over to the sitecustomize further down the path, as if this one were not here.
