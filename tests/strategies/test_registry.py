@@ -1,6 +1,7 @@
 """tfdist.strategies.registry: names, options, and the errors each strategy's check raises."""
 
 import pytest
+import tensorflow as tf
 
 import tfdist
 from tfdist import strategies
@@ -70,6 +71,21 @@ class TestErrors:
     with pytest.raises(ValueError, match=r"parameter_server needs a `cluster.ps` job.*"
                        r"Received: ClusterSpec\(chief="):
       tfdist.make_strategy("parameter_server", cluster=spec)
+
+  @pytest.mark.parametrize("task_type", ["worker", "ps"])
+  def test_parameter_server_without_a_chief_is_refused_on_every_task(self, task_type,
+                                                                      monkeypatch):
+    # Before: a worker or ps task of such a TF_CONFIG served forever, silently.
+    spec = tfdist.ClusterSpec.local(workers=2, ps=1)
+    monkeypatch.setenv("TF_CONFIG", spec.tf_config(task_type, 0))
+    match = (r"parameter_server needs a `cluster.chief` task: the chief is the coordinator.*"
+             r"tfdist launch --strategy=parameter_server.*Received: jobs \['ps', 'worker'\] "
+             rf"and no chief, on task {task_type}:0$")
+    with pytest.raises(ValueError, match=match):
+      tfdist.make_strategy("parameter_server")
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    with pytest.raises(ValueError, match=match):
+      tfdist.make_strategy("parameter_server", cluster=resolver)
 
   def test_an_in_process_cluster_on_the_host_network_is_refused_unless_accepted(self):
     # Before: its servers started on every interface of this machine, silently.

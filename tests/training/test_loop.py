@@ -14,8 +14,10 @@ import tensorflow as tf
 import helpers
 import tfdist
 from tfdist.training import loop as loop_lib
+from tfdist.training.loop import replay
 
 LOOP_TRAIN = f"{helpers.SCRIPTS}/loop_train.py"
+LOOP_RESUME = f"{helpers.SCRIPTS}/loop_resume.py"
 KERASES = ["keras3", "tf_keras"]
 
 
@@ -164,6 +166,51 @@ def test_resuming_mid_epoch_runs_only_the_steps_left(tmp_path):
   history = loop.fit(dataset, epochs=3, steps_per_epoch=4, verbose=False)
   assert int(loop.step.numpy()) == 12
   assert history["examples"] == [128.0, 256.0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavour", KERASES)
+def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_weights(flavour, tmp_path):
+  # Before: the resumed epoch read its data again from a new iterator, in the
+  # first epoch's shuffle order: examples seen twice, others never.
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", "--workers=2", "--max_restarts=1", "--timeout=240", "--",
+      *helpers.python(LOOP_RESUME, flavour, str(tmp_path), "sigkill")), timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert "task worker:1 exited with code -9; restarting every task" in result.stdout
+  results = {line.split("]")[0]: json.loads(line.split("RESULT ")[1])
+             for line in result.stdout.splitlines() if "RESULT " in line}
+  assert set(results) == {"[worker:0", "[worker:1"}, result.stdout[-3000:]
+  first, second = results["[worker:0"], results["[worker:1"]
+  # Resumed mid-epoch 2 (steps 11-20), from a checkpoint between two epoch ends.
+  assert 10 < first["resumed_at"] < 20 and first["step"] == 30, first
+  assert "Resumed the input at pass 2, batch" in result.stdout
+  assert first["weights"] == second["weights"]
+  assert first["relative_difference"] < 1e-5, first
+
+
+def test_a_pipeline_that_cannot_be_replayed_is_named_once_before_training(caplog):
+  keras, strategy = tfdist.keras, tfdist.make_strategy("one_device")
+  x, y = _data(128)
+  replayable = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(128, seed=1).batch(32)
+  assert replay.not_replayable(replayable) == []
+  tf.random.set_seed(None)  # No global seed, as in a fresh program.
+  unseeded = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(128).batch(32)
+  python = replayable.map(lambda a, b: (
+      tf.ensure_shape(tf.py_function(lambda t: t, [a], tf.float32), [None, 4]), b))
+  reordered = replayable.map(lambda a, b: (a, b), num_parallel_calls=2, deterministic=False)
+  assert [len(replay.not_replayable(d)) for d in (unseeded, python, reordered)] \
+      == [1, 1, 1]
+  loop = _loop(keras, strategy, _model(keras, strategy))
+  with caplog.at_level("WARNING", logger="tfdist"):
+    loop.fit(python, epochs=2, verbose=False)
+    loop.fit(python, epochs=3, verbose=False)
+  warnings = [r.getMessage() for r in caplog.records if "cannot be replayed" in r.getMessage()]
+  assert warnings == [
+      "The input pipeline cannot be replayed after an interruption, so a resumed job would "
+      "train on other batches than an uninterrupted one: it runs Python code "
+      "(tf.py_function or tf.numpy_function), which TensorFlow cannot replay; make the step "
+      "a TensorFlow op, or its randomness stateless (tf.random.stateless_*)."]
 
 
 def test_bad_arguments_name_the_field_and_the_value():

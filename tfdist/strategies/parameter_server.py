@@ -23,12 +23,25 @@ NETWORKS = ("loopback", "host")
 
 
 def validate_cluster(spec: cluster_lib.ClusterSpec) -> None:
-  """parameter_server needs ps and worker jobs."""
+  """parameter_server needs ps and worker jobs, and a chief when this process is a task.
+
+  A task of the cluster (as TF_CONFIG makes every process) needs a chief to
+  coordinate: without one, every worker and ps serves forever and nothing
+  trains. A coordinator outside the cluster (a spec with no task) needs none.
+  """
   for job in (cluster_lib.PS, cluster_lib.WORKER):
     if job not in spec.jobs:
       raise ValueError(
           f"parameter_server needs a `cluster.{job}` job with at least one task, "
           f"e.g. ClusterSpec.local(workers=2, ps=1, chief=True). Received: {spec!r}")
+  if spec.task is not None and cluster_lib.CHIEF not in spec.jobs:
+    raise ValueError(
+        "parameter_server needs a `cluster.chief` task: the chief is the coordinator "
+        "that runs the training program, and without one every worker and ps task "
+        "serves forever. Add a chief to the cluster (e.g. \"chief\": [\"host:port\"] in "
+        "TF_CONFIG) and run the same script there, or launch with `tfdist launch "
+        "--strategy=parameter_server`, which adds one. Received: jobs "
+        f"{sorted(spec.jobs)} and no chief, on task {spec.task}")
 
 
 class ParameterServerStrategy(keras_guard.RefusesKeras3, keras_guard.RefusesJitCompile,
@@ -127,9 +140,11 @@ def parameter_server(cluster: registry.ClusterArg = None,
           "parameter_server needs a cluster with ps and worker tasks: set "
           "TF_CONFIG, pass cluster=tfdist.ClusterSpec(...), or pass "
           "in_process=True for a local one. Received: cluster=None and no TF_CONFIG")
+    spec = registry.spec_of(resolver)
+    if spec is not None:  # A resolver passed in has not been checked yet.
+      validate_cluster(spec)
     if resolver.task_type in (cluster_lib.WORKER, cluster_lib.PS):
       servers_lib.serve(resolver)  # Never returns: these tasks only serve.
-    spec = registry.spec_of(resolver)
     if spec is not None:  # The coordinator: every worker and ps must be up.
       preflight_lib.wait_for_tasks(
           spec, timeout=preflight_timeout,

@@ -29,7 +29,8 @@ class ParameterServerRunner(runner.Loop,
       keras_internals.enable_atomic_assign_add()
       keras_internals.enable_sharded_checkpoints()
 
-  def _start_fit(self, dataset, steps_per_epoch: Optional[int]) -> None:
+  def _start_fit(self, dataset, steps_per_epoch: Optional[int], position) -> None:
+    del position  # Each closure makes its own iterator on its worker: nothing to replay.
     if steps_per_epoch is None or not callable(dataset):
       raise ValueError(
           "Under ParameterServerStrategy, fit needs `dataset` as a "

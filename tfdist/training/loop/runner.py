@@ -92,7 +92,8 @@ class Loop:
       and updates `loop.trainable_variables`.
     steps_per_loop: steps run inside one `tf.function` call.
     checkpoint_dir: where a `tf.train.CheckpointManager` keeps the model,
-      optimizer and step, written by the chief only; `fit` resumes from it.
+      optimizer, step and input position, written by the chief only; `fit`
+      resumes from it exactly (see `fit`).
     checkpoint_every: also save every this many steps (at loop ends); None:
       at epoch ends only. Under parameter servers, saves are at epoch ends.
   """
@@ -131,13 +132,20 @@ class Loop:
         optimizer.build(self.trainable_variables)  # Slots on the right devices.
       self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="loop_step")
       self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="loop_epoch")
+      # Where the input stands in the current `fit` call: the iterators made
+      # over its data (one per pass) and the batches read from the newest.
+      self.input_iterators = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                         name="loop_input_iterators")
+      self.input_batches = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                       name="loop_input_batches")
     self._step_fn = step_fn or self._default_step
     self._functions = {}  # kind ("train", "evaluate") -> its tf.function
     self._manager = None
     self._checkpoint_every = checkpoint_every
     if checkpoint_dir is not None:
       self._checkpoint_dir = checkpoint_dir
-      tracked = {"model": model, "step": self.step, "epoch": self.epoch}
+      tracked = {"model": model, "step": self.step, "epoch": self.epoch,
+                 "input_iterators": self.input_iterators, "input_batches": self.input_batches}
       if optimizer is not None:
         tracked["optimizer"] = optimizer
       self._checkpoint = tf.train.Checkpoint(**tracked)
@@ -150,8 +158,13 @@ class Loop:
   def _prepare_keras(self) -> None:
     """Before any variable is made: what the runner's Keras needs (nothing by default)."""
 
-  def _start_fit(self, dataset, steps_per_epoch: Optional[int]) -> None:
-    """Checks `fit`'s input and makes what its epochs read."""
+  def _start_fit(self, dataset, steps_per_epoch: Optional[int],
+                 position: Tuple[int, int]) -> None:
+    """Checks `fit`'s input and makes what its epochs read.
+
+    `position`: (iterators made, batches read from the newest) by the
+    interrupted `fit` call this one resumes; (0, 0) for a new call.
+    """
     raise NotImplementedError
 
   def _train_epoch(self, steps: Optional[int], last: bool) -> Dict[str, float]:
@@ -228,16 +241,34 @@ class Loop:
     `dataset_fn(input_context)` batched per replica (required under parameter
     servers). Without `steps_per_epoch` an epoch is one pass over the data.
     Each epoch's logs go to the `tfdist` logger (INFO) when `verbose`.
+
+    Resumed from a checkpoint (after a SIGKILL, a SIGTERM or a crash), the
+    synchronous runner reads on exactly where the checkpoint was written: it
+    makes as many iterators over the data as the interrupted call had made
+    (each draws the next shuffle order from the dataset's seed, as
+    `shuffle(..., seed=, reshuffle_each_iteration=True)` does) and skips the
+    batches already trained on. With a deterministic pipeline the resumed job
+    trains on the same batches, in the same order, as one never interrupted,
+    and ends with the same weights. A pipeline that cannot be replayed (a
+    `py_function`, an unseeded shuffle, a non-deterministic map) is named once,
+    in a warning, before training starts. Under parameter servers a closure
+    re-run after a lost worker makes steps at-least-once, and a resumed epoch
+    starts its data again (docs/guides/checkpoints.md).
     """
-    self._start_fit(dataset, steps_per_epoch)
+    self._start_fit(dataset, steps_per_epoch,
+                    (int(self.input_iterators.numpy()), int(self.input_batches.numpy())))
     history: Dict[str, list] = {}
     for epoch in range(int(self.epoch.numpy()), epochs):
       steps = steps_per_epoch
       if steps_per_epoch is not None:  # Resumed mid-epoch: only the steps left.
         done = int(self.step.numpy()) - epoch * steps_per_epoch
         steps -= done if 0 < done < steps_per_epoch else 0
-      totals = self._train_epoch(steps, last=epoch + 1 == epochs)
+      last = epoch + 1 == epochs
+      totals = self._train_epoch(steps, last=last)
       self.epoch.assign(epoch + 1)
+      if last:  # A later `fit` call reads its data from the start, as Keras's does.
+        self.input_iterators.assign(0)
+        self.input_batches.assign(0)
       logs = self._logs(totals)
       for name, value in logs.items():
         history.setdefault(name, []).append(value)

@@ -5,11 +5,15 @@ and worker when read, so the sums cross workers once per log, not once per
 step; `steps_per_loop` steps run in one `tf.function` call.
 """
 
-from typing import Dict, Optional
+import logging
+from typing import Dict, Optional, Tuple
 
 import tensorflow as tf
 
+from tfdist.training.loop import replay
 from tfdist.training.loop import runner
+
+logger = logging.getLogger("tfdist")
 
 
 class SyncRunner(runner.Loop):
@@ -18,19 +22,36 @@ class SyncRunner(runner.Loop):
   def __init__(self, *args, **kwargs):
     # kind ("train", "evaluate") -> name -> sync-on-read variable.
     self._sums: Dict[str, Dict[str, tf.Variable]] = {"train": {}, "evaluate": {}}
+    self._input_checked = False
     super().__init__(*args, **kwargs)
 
-  def _start_fit(self, dataset, steps_per_epoch: Optional[int]) -> None:
+  def _start_fit(self, dataset, steps_per_epoch: Optional[int],
+                 position: Tuple[int, int]) -> None:
     # With steps_per_epoch, one iterator runs on across epochs, as in Keras;
-    # without, every epoch is a new pass. A resumed fit starts a new iterator.
+    # without, every epoch is a new pass.
+    if not self._input_checked:  # Once per loop, not once per `fit` call.
+      self._input_checked = True
+      replay.warn_if_not_replayable(dataset)
     self._distributed = self._distribute(dataset)
-    self._iterator = iter(self._distributed)
+    iterators, batches = position
+    # Each iterator draws its pass's shuffle order when made, read or not: a
+    # resumed call makes as many as the interrupted one had, then skips what
+    # the newest had read.
+    for _ in range(max(1, iterators)):
+      self._iterator = iter(self._distributed)
+    self.input_iterators.assign(max(1, iterators))
+    if batches:
+      skipped = replay.skip(self._iterator, batches)
+      logger.info("Resumed the input at pass %d, batch %d (%d batches skipped in %.2fs)",
+                  max(1, iterators), batches, batches, skipped)
     self._new_pass_each_epoch = steps_per_epoch is None
 
   def _train_epoch(self, steps: Optional[int], last: bool) -> Dict[str, float]:
     totals = self._run("train", self._step_fn, self._iterator, steps)
     if self._new_pass_each_epoch and not last:
       self._iterator = iter(self._distributed)  # The next pass.
+      self.input_iterators.assign_add(1)
+      self.input_batches.assign(0)
     return totals
 
   def _evaluate(self, dataset, steps: Optional[int]) -> Dict[str, float]:
@@ -52,6 +73,7 @@ class SyncRunner(runner.Loop):
       ran = self._run_loop(kind, step_fn, iterator, chunk)
       if kind == "train":
         self.step.assign_add(ran)
+        self.input_batches.assign_add(ran)
         if self._checkpoint_every and ran and \
             int(self.step.numpy()) % self._checkpoint_every < ran:
           self._save()

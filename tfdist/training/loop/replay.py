@@ -1,0 +1,98 @@
+"""Replaying the input: a resumed loop reads on where the interrupted one stopped.
+
+A `tf.data` pipeline with seeded randomness is a pure function of how many
+iterators were made over it (each draws the next shuffle order from the
+dataset's seed when made, whether it is read or not) and how many batches were
+read. So a resumed `fit` makes as many iterators as the interrupted call had,
+then skips the batches it had read: the same batches, in the same order, under
+every synchronous strategy. TF's own answer, checkpointing the iterator, does
+not cover a distributed one (tensorflow/tensorflow#56372, and #24408 for the
+multi-device iterator beneath it), which is what every strategy reads from.
+
+What cannot be replayed is named once, before training starts: Python code in
+the pipeline (`py_function`, `numpy_function`), an unseeded shuffle or random
+op (with no global seed either), a map or interleave that may reorder.
+"""
+
+import logging
+import time
+from typing import Iterable, List
+
+import tensorflow as tf
+
+from tfdist.internals import tensorflow as tf_internals
+
+logger = logging.getLogger("tfdist")
+
+_PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
+_SHUFFLE_OPS = ("ShuffleDataset", "ShuffleDatasetV2", "ShuffleDatasetV3",
+                "ShuffleAndRepeatDataset", "ShuffleAndRepeatDatasetV2")
+_STATEFUL_RANDOM_OPS = ("RandomUniform", "RandomUniformInt", "RandomStandardNormal",
+                        "TruncatedNormal", "RandomShuffle")
+_MAY_REORDER_OPS = ("ParallelMapDatasetV2", "ParallelInterleaveDatasetV2",
+                    "ParallelInterleaveDatasetV3", "ParallelInterleaveDatasetV4",
+                    "ParallelBatchDataset", "ParallelFilterDataset")
+
+
+def skip(iterator, batches: int) -> float:
+  """Reads and drops `batches` batches of `iterator` (a distributed one too); seconds taken."""
+  start = time.monotonic()
+  _skip(iterator, tf.constant(batches, tf.int64))
+  return time.monotonic() - start
+
+
+@tf.function
+def _skip(iterator, batches):
+  for _ in tf.range(batches):
+    iterator.get_next()
+
+
+def not_replayable(dataset) -> List[str]:
+  """Why `dataset` (or a `dataset_fn(input_context)`'s) may read differently on a replay.
+
+  An empty list: the pipeline reads the same batches in the same order each
+  time it is made, so a resumed job trains on what the interrupted one would have.
+  """
+  if callable(dataset) and not isinstance(dataset, tf.data.Dataset):
+    dataset = dataset(tf.distribute.InputContext())
+  if not isinstance(dataset, tf.data.Dataset):
+    return []  # A distributed dataset made by the caller: nothing to read.
+  graph = tf_internals.dataset_graph(dataset)
+  nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+  # Seeds are int64 constants; the other constants are not needed.
+  constants = {n.name: tf.make_ndarray(n.attr["value"].tensor) for n in graph.node
+               if n.op == "Const" and n.attr["dtype"].type == tf.int64.as_datatype_enum}
+  reasons = []
+  for node in nodes:
+    if node.op in _PYTHON_OPS:
+      reasons.append("it runs Python code (tf.py_function or tf.numpy_function), which "
+                     "TensorFlow cannot replay; make the step a TensorFlow op, or its "
+                     "randomness stateless (tf.random.stateless_*)")
+    elif node.op in _SHUFFLE_OPS and _unseeded(node.input[2:4], constants):
+      reasons.append("a shuffle has no seed and no global seed is set; pass "
+                     "shuffle(..., seed=...) or call keras.utils.set_random_seed first")
+    elif node.op in _STATEFUL_RANDOM_OPS and not (node.attr["seed"].i or node.attr["seed2"].i):
+      reasons.append(f"a random op ({node.op}) has no seed; use tf.random.stateless_* ops "
+                     "with a seed, or set a global seed before building the pipeline")
+    elif node.op in _MAY_REORDER_OPS and node.attr["deterministic"].s == b"false":
+      reasons.append(f"a parallel step ({node.op}) may reorder its elements "
+                     "(deterministic=False); leave `deterministic` at its default")
+  return sorted(set(reasons))
+
+
+def _unseeded(inputs: Iterable[str], constants) -> bool:
+  seeds = [constants.get(name.split(":")[0]) for name in inputs]
+  return all(seed is not None and int(seed) == 0 for seed in seeds)
+
+
+def warn_if_not_replayable(dataset) -> bool:
+  """Logs, once per call, why a resumed job would not read what the interrupted one did.
+
+  Returns whether the pipeline can be replayed.
+  """
+  reasons = not_replayable(dataset)
+  if reasons:
+    logger.warning(
+        "The input pipeline cannot be replayed after an interruption, so a resumed job "
+        "would train on other batches than an uninterrupted one: %s.", "; ".join(reasons))
+  return not reasons
