@@ -1,13 +1,16 @@
 """A 2-worker `tfdist.training.loop` job on shuffled data, killed once mid-epoch; prints RESULT.
 
-Usage (once per task, TF_CONFIG, under `tfdist launch --max_restarts=1`):
-  python loop_resume.py {keras3,tf_keras} DIR {sigkill,none}
+Usage (once per task, TF_CONFIG, under `tfdist launch`):
+  python loop_resume.py {keras3,tf_keras} DIR {sigkill,sigterm}
 
-600 examples, shuffled with a seed and reshuffled every epoch, global batch
-64 (the last batch partial), 3 epochs, a checkpoint every 2 steps in DIR. With
-`sigkill`, worker 1 SIGKILLs itself in its first run once the loop is past step
-13, in the second epoch, between two checkpoints. The resumed run's weights are
-compared with the same training, never interrupted, on one device.
+600 examples (12,832 with `sigterm`), shuffled with a seed and reshuffled
+every epoch, global batch 64 (the last batch partial), 3 epochs, a checkpoint
+every 2 steps in DIR. With `sigkill`, worker 1 SIGKILLs itself in its first run
+once the loop is 3 steps into the second epoch, between two checkpoints (under
+`--max_restarts=1`); with `sigterm` it sends SIGTERM to `tfdist launch` there
+instead, as a scheduler stopping the job would (more data, so that the job is
+still training when the launcher's SIGTERM reaches it). The resumed run's weights are compared with
+the same training, never interrupted, on one device.
 """
 
 import json
@@ -32,15 +35,17 @@ if flavour == "keras3":
 else:
   keras = tfdist.keras
 
-EPOCHS, KILL_AFTER = 3, 13
+EPOCHS, EXAMPLES = 3, 600 if fault == "sigkill" else 12832
+STEPS_PER_EPOCH = -(-EXAMPLES // 64)
+KILL_AFTER = STEPS_PER_EPOCH + 3
 rng = np.random.default_rng(0)
-x = rng.random((600, 4)).astype("float32")
+x = rng.random((EXAMPLES, 4)).astype("float32")
 y = (x @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32")).astype("float32")
 
 
 def data():
   return (tf.data.Dataset.from_tensor_slices((x, y))
-          .shuffle(600, seed=7, reshuffle_each_iteration=True).batch(64))
+          .shuffle(EXAMPLES, seed=7, reshuffle_each_iteration=True).batch(64))
 
 
 def model_and_loop(strategy, **kwargs):
@@ -56,13 +61,25 @@ model, loop = model_and_loop(strategy, checkpoint_dir=checkpoint_dir, checkpoint
 resumed_at = int(loop.step.numpy())
 task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 marker = os.path.join(checkpoint_dir, "killed")
-if fault == "sigkill" and task == 1 and not os.path.exists(marker):
+if task == 1 and not os.path.exists(marker):
 
   def kill_mid_epoch():
     while int(loop.step.numpy()) <= KILL_AFTER:
       time.sleep(0.005)
     open(marker, "w").close()
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid() if fault == "sigkill" else launcher(), signal.SIGKILL
+            if fault == "sigkill" else signal.SIGTERM)
+
+  def launcher():
+    pid = os.getppid()
+    while pid > 1:
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        words = f.read().split(b"\0")
+      if b"tfdist" in words and b"launch" in words:
+        return pid
+      with open(f"/proc/{pid}/stat") as f:
+        pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    raise RuntimeError("not started by tfdist launch")
 
   threading.Thread(target=kill_mid_epoch, daemon=True).start()
 
@@ -72,7 +89,8 @@ single_loop.fit(data(), epochs=EPOCHS, verbose=False)
 weights = np.concatenate([w.ravel() for w in model.get_weights()])
 reference = np.concatenate([w.ravel() for w in single.get_weights()])
 print("RESULT " + json.dumps({
-    "resumed_at": resumed_at, "step": int(loop.step.numpy()),
+    "steps_per_epoch": STEPS_PER_EPOCH, "resumed_at": resumed_at,
+    "step": int(loop.step.numpy()),
     "examples": history.get("examples", []), "weights": weights.tolist(),
     "relative_difference": float(np.abs(weights - reference).max()
                                  / np.abs(reference).max())}), flush=True)

@@ -6,6 +6,7 @@ in-process chief + 2 workers + ps).
 """
 
 import json
+import signal
 
 import numpy as np
 import pytest
@@ -187,6 +188,29 @@ def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_weights(flavour,
   assert "Resumed the input at pass 2, batch" in result.stdout
   assert first["weights"] == second["weights"]
   assert first["relative_difference"] < 1e-5, first
+
+
+@pytest.mark.slow
+def test_a_job_stopped_by_sigterm_and_started_again_ends_with_the_uninterrupted_weights(
+    tmp_path):
+  # Worker 1 sends SIGTERM to `tfdist launch` 3 steps into epoch 2 in its first run.
+  command = helpers.tfdist_cli("launch", "--workers=2", "--timeout=240", "--grace_period=5",
+                               "--", *helpers.python(LOOP_RESUME, "tf_keras", str(tmp_path),
+                                                     "sigterm"))
+  stopped = helpers.run(command, timeout=300)
+  assert stopped.returncode == 128 + signal.SIGTERM, stopped.stdout[-3000:]
+  assert "received SIGTERM; stopping every task" in stopped.stdout
+  result = helpers.run(command, timeout=300)  # Started again, as a scheduler would.
+  assert result.returncode == 0, result.stdout[-3000:]
+  results = [json.loads(line.split("RESULT ")[1])
+             for line in result.stdout.splitlines() if "RESULT " in line]
+  assert len(results) == 2 and results[0]["weights"] == results[1]["weights"]
+  # From a checkpoint written after the stop was asked for, before the end (the
+  # launcher polls its signals, so a few steps may run on).
+  steps = results[0]["steps_per_epoch"]
+  assert steps < results[0]["resumed_at"] < 3 * steps, results[0]
+  assert results[0]["step"] == 3 * steps, results[0]
+  assert results[0]["relative_difference"] < 1e-5, results[0]
 
 
 def test_a_pipeline_that_cannot_be_replayed_is_named_once_before_training(caplog):
