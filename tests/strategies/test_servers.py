@@ -1,5 +1,6 @@
 """tfdist.strategies.servers: worker and ps tasks serve while the chief trains, then end by themselves."""
 
+import signal
 import socket
 import time
 
@@ -39,6 +40,29 @@ def test_a_ps_task_waits_for_the_chief_then_ends_with_0_once_it_is_gone():
   assert f"the chief at {chief_address} has finished; ps:0 stops serving" in output
   # It waited the grace, and ended within seconds of it.
   assert servers.CHIEF_GONE_SECONDS <= ended < servers.CHIEF_GONE_SECONDS + 5, ended
+
+
+@pytest.mark.slow
+def test_a_ps_task_serves_on_after_sigterm_until_the_chief_has_gone():
+  # Before: the SIGTERM a scheduler sends every task ended the ps at once, and
+  # the chief's backup, which reads the variables from it, failed.
+  spec = ClusterSpec.local(workers=1, ps=1, chief=True)
+  chief_address = spec.jobs["chief"][0]
+  chief = socket.create_server(("localhost", int(chief_address.rsplit(":", 1)[1])))
+  with helpers.spawned(helpers.python("-c", SERVE),
+                       env={"TF_CONFIG": spec.tf_config("ps", 0)}) as process:
+    for line in process.stdout:
+      if "tfdist: serving as ps:0" in line:
+        break
+    chief.settimeout(60)
+    chief.accept()[0].close()  # The ps has seen its chief.
+    process.send_signal(signal.SIGTERM)
+    time.sleep(2)
+    assert process.poll() is None  # Still serving: the chief may be backing up.
+    chief.close()
+    output = process.communicate(timeout=60)[0]
+  assert process.returncode == 128 + signal.SIGTERM, output
+  assert f"the chief at {chief_address} has finished; ps:0 stops serving" in output
 
 
 def test_the_host_network_is_not_private_and_a_namespace_is():

@@ -245,3 +245,43 @@ def test_keras3_backs_up_once_resumes_and_saves_once_under_two_workers(tmp_path)
   assert f"[worker:0] SAVED: {tmp_path}/model.keras" in resumed
   assert "[worker:1] SAVED: None" in resumed
   assert sorted(os.listdir(tmp_path)) == ["model.keras"]  # No backup, no worker's temp copy.
+
+
+@pytest.mark.parametrize("flavour", ["tf_keras", "keras3"])
+def test_a_backup_that_would_outlast_the_grace_period_is_warned_about_at_the_first_check(
+    flavour, monkeypatch, caplog, tmp_path):
+  import keras as keras3
+  kind = keras if flavour == "tf_keras" else keras3
+  x = np.random.default_rng(0).random((64, 3)).astype("float32")
+
+  def fit(grace):
+    monkeypatch.setenv(checkpoints.GRACE_PERIOD_ENV, grace)
+    model = kind.Sequential([kind.Input((3,)), kind.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="tfdist"):
+      model.fit(x, x.sum(1), batch_size=16, epochs=1, verbose=0,
+                callbacks=[checkpoints.backup_and_restore(str(tmp_path), model=model)])
+    return [r.getMessage() for r in caplog.records]
+
+  # Checks come about every second: with 0.5 s, no backup can make it.
+  messages = fit("0.5")
+  warnings = [m for m in messages if m.startswith("A backup after SIGTERM")]
+  assert len(warnings) == 1, messages
+  assert re.match(r"A backup after SIGTERM would take about \d+\.\ds here \(\d+\.\ds to write, "
+                  r"measured now, plus up to 1s to the next check\), more than the 0\.5s grace "
+                  r"period \(TFDIST_GRACE_PERIOD\) between SIGTERM and SIGKILL: .*tfdist launch "
+                  r"--grace_period.*or make the backup smaller\.$", warnings[0]), warnings[0]
+  messages = fit("30")
+  assert not [m for m in messages if m.startswith("A backup after SIGTERM")], messages
+  assert [m for m in messages if re.match(r"BackupAndRestore: a backup takes \d+\.\d\ds here; "
+                                          r"the grace period is 30s \(TFDIST_GRACE_PERIOD\)$", m)]
+  assert not [p for p in os.listdir(tmp_path) if "grace-probe" in p]  # Its scratch is gone.
+
+
+def test_a_grace_period_that_is_not_seconds_is_refused():
+  assert checkpoints.grace_period({}) == (30.0, "SLURM's and Kubernetes' default")
+  assert checkpoints.grace_period({"TFDIST_GRACE_PERIOD": "15"}) == (15.0, "TFDIST_GRACE_PERIOD")
+  with pytest.raises(ValueError, match=r"`TFDIST_GRACE_PERIOD` must be a number of seconds > 0, "
+                                       r"e.g. 30. Received: '15s'$"):
+    checkpoints.grace_period({"TFDIST_GRACE_PERIOD": "15s"})

@@ -6,6 +6,7 @@ in-process chief + 2 workers + ps).
 """
 
 import json
+import re
 import signal
 
 import numpy as np
@@ -200,14 +201,18 @@ def test_a_job_stopped_by_sigterm_and_started_again_ends_with_the_uninterrupted_
   stopped = helpers.run(command, timeout=300)
   assert stopped.returncode == 128 + signal.SIGTERM, stopped.stdout[-3000:]
   assert "received SIGTERM; stopping every task" in stopped.stdout
+  # Before: TensorFlow's own SIGTERM handler kept the workers training until SIGKILL.
+  saved = re.findall(r"^\[worker:(\d)\] Loop: SIGTERM: saved a checkpoint at step (\d+)",
+                     stopped.stdout, re.M)
+  assert sorted(w for w, _ in saved) == ["0", "1"] and saved[0][1] == saved[1][1], saved
   result = helpers.run(command, timeout=300)  # Started again, as a scheduler would.
   assert result.returncode == 0, result.stdout[-3000:]
   results = [json.loads(line.split("RESULT ")[1])
              for line in result.stdout.splitlines() if "RESULT " in line]
   assert len(results) == 2 and results[0]["weights"] == results[1]["weights"]
-  # From a checkpoint written after the stop was asked for, before the end (the
-  # launcher polls its signals, so a few steps may run on).
+  # From the checkpoint SIGTERM made, about a second of steps after the stop.
   steps = results[0]["steps_per_epoch"]
+  assert results[0]["resumed_at"] == int(saved[0][1]), (results[0], saved)
   assert steps < results[0]["resumed_at"] < 3 * steps, results[0]
   assert results[0]["step"] == 3 * steps, results[0]
   assert results[0]["relative_difference"] < 1e-5, results[0]

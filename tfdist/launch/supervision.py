@@ -144,8 +144,10 @@ class Cluster:
     return [self.start(task, command) for task, command in self.servers.commands()]
 
   def task_env(self, task) -> Dict[str, str]:
-    """The environment of `task`: its TF_CONFIG, and the tf.data service's variables."""
+    """The environment of `task`: its TF_CONFIG, its grace period, the tf.data service's variables."""
     env = task_environment(self.spec, task, self.env)
+    # What a backup after SIGTERM must fit in (tfdist.training.checkpoints).
+    env["TFDIST_GRACE_PERIOD"] = f"{self.grace_period:g}"
     if self.servers is not None:
       env.update(self.servers.environment(self.attempt, os.getpid()))
     return env

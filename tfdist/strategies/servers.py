@@ -6,8 +6,10 @@ processes, for tests, notebooks and `tfdist compare`.
 
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from typing import List
 
@@ -89,7 +91,8 @@ def serve(resolver) -> None:
   stop by themselves, so a SLURM step or a Kubernetes Job of them would run
   until its time limit after training ended. So, when the cluster has a chief,
   this task watches the chief's port: once the chief has answered and then
-  stays unreachable for `CHIEF_GONE_SECONDS`, the task exits with 0. (The
+  stays unreachable for `CHIEF_GONE_SECONDS`, the task exits with 0 (143 if it
+  got SIGTERM meanwhile: it serves on so that the chief can back up). (The
   chief's own exit code says whether training succeeded; under SLURM a chief
   that fails ends the step through `srun --kill-on-bad-exit`.) Never returns.
   """
@@ -103,11 +106,18 @@ def serve(resolver) -> None:
   chief = resolver.cluster_spec().as_dict().get(cluster_lib.CHIEF)
   if not chief:
     server.join()  # No chief to watch: serve until stopped.
+  # A scheduler stopping the job sends SIGTERM to every task at once; the
+  # chief's backup then reads the variables from the ps tasks and runs steps on
+  # the workers, so they serve on until the chief has gone (SIGKILL ends them
+  # at the end of the grace period whatever happens).
+  terminated = []
+  if threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGTERM, lambda signum, frame: terminated.append(signum))
   wait_for_chief_to_finish(chief[0])
   logger.info("tfdist: the chief at %s has finished; %s stops serving", chief[0], task)
   sys.stdout.flush()
   # TF's server threads never end; exit without waiting for them.
-  os._exit(0)
+  os._exit(128 + signal.SIGTERM if terminated else 0)
 
 
 def wait_for_chief_to_finish(address: str) -> None:

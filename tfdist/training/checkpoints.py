@@ -20,9 +20,10 @@ import inspect
 import logging
 import os
 import signal
+import socket
 import threading
 import time
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Tuple
 
 import tensorflow as tf
 import tf_keras
@@ -79,6 +80,11 @@ def chief_dir(path: str, strategy: Optional[tf.distribute.Strategy] = None) -> I
 # Exit code of a task that saved a backup after SIGTERM: 128 + SIGTERM, as a
 # shell reports it, which Kubeflow's ExitCode restart policy treats as retryable.
 PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
+# The seconds between SIGTERM and SIGKILL: `tfdist launch --grace_period` sets
+# it for its tasks; elsewhere the 30 s that SLURM (KillWait) and Kubernetes
+# (terminationGracePeriodSeconds) give by default. GKE Spot gives 15 s.
+GRACE_PERIOD_ENV = "TFDIST_GRACE_PERIOD"
+DEFAULT_GRACE_PERIOD = 30.0
 # An integer save_freq makes Keras resume at the saved batch, not at the start
 # of the epoch; this one is too large for Keras itself to ever save mid-epoch.
 _NEVER = 2**62
@@ -99,11 +105,12 @@ class _SigtermChecks:
 
   def _start_checks(self):
     self._terminated = False
+    self._backup_seconds = None
     if threading.current_thread() is threading.main_thread():
       self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
     strategy = self.model.distribute_strategy
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-      self._agree = _any_worker(strategy)
+      self._agree = any_worker(strategy)
     self._reset_checks()
 
   def _reset_checks(self):
@@ -130,6 +137,8 @@ class _SigtermChecks:
 
   def _check(self, batch: Optional[int]) -> None:
     """At the end of `batch` (None: of the epoch): exit after a backup if any task was told to."""
+    if self._backup_seconds is None and batch is not None:
+      self._measure_backup()  # At the first check: the optimizer's slots exist by now.
     batches, since = self._last_check
     elapsed = time.monotonic() - since
     terminated = self._terminated
@@ -148,6 +157,57 @@ class _SigtermChecks:
         interval = max(1, min(1000, int(self.check_seconds * done / max(elapsed, 1e-6))))
       self._next_check = batch + 1 + interval
       self._last_check = (batch + 1, time.monotonic())
+
+
+  def _measure_backup(self) -> None:
+    """Times a write of what a backup holds; warns if a SIGTERM backup would outlast the grace.
+
+    Every worker writes at the same check (a save may read across workers),
+    each into a scratch folder of its own beside the backup, removed at once.
+    """
+    scratch = f"{self.backup_dir}-grace-probe-{socket.gethostname()}-{os.getpid()}"
+    start = time.monotonic()
+    try:
+      tf.io.gfile.makedirs(scratch)
+      self._write_probe(scratch)
+    finally:
+      self._backup_seconds = time.monotonic() - start
+      if tf.io.gfile.exists(scratch):
+        tf.io.gfile.rmtree(scratch)
+    grace, source = grace_period()
+    # Until the next check, then the backup itself.
+    worst = self._backup_seconds + (0.0 if self.check_every else self.check_seconds)
+    logger.info("BackupAndRestore: a backup takes %.2fs here; the grace period is %gs (%s)",
+                self._backup_seconds, grace, source)
+    if worst > grace:
+      logger.warning(
+          "A backup after SIGTERM would take about %.1fs here (%.1fs to write, measured now, "
+          "plus up to %gs to the next check), more than the %gs grace period (%s) between "
+          "SIGTERM and SIGKILL: a preempted task would be killed before its backup is "
+          "written, and resume from its last epoch. Give the tasks a longer grace period "
+          "(tfdist launch --grace_period, SLURM's KillWait, Kubernetes' "
+          "terminationGracePeriodSeconds), or make the backup smaller.", worst,
+          self._backup_seconds, worst - self._backup_seconds, grace, source)
+
+
+def grace_period(environ=None) -> Tuple[float, str]:
+  """(seconds between SIGTERM and SIGKILL, where that came from) for this task.
+
+  Raises:
+    ValueError: `TFDIST_GRACE_PERIOD` is not a number of seconds > 0.
+  """
+  environ = os.environ if environ is None else environ
+  if GRACE_PERIOD_ENV not in environ:
+    return DEFAULT_GRACE_PERIOD, "SLURM's and Kubernetes' default"
+  raw = environ[GRACE_PERIOD_ENV]
+  try:
+    value = float(raw)
+  except ValueError:
+    value = float("nan")
+  if not value > 0:
+    raise ValueError(f"`{GRACE_PERIOD_ENV}` must be a number of seconds > 0, e.g. 30. "
+                     f"Received: {raw!r}")
+  return value, GRACE_PERIOD_ENV
 
 
 class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
@@ -218,12 +278,17 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
   def _fit_code(self):
     return _TF_KERAS_FIT_CODE
 
+  def _write_probe(self, directory: str) -> None:
+    tf.train.Checkpoint(model=self.model).write(os.path.join(directory, "probe"))
+
   def on_train_batch_begin(self, batch, logs=None):
     if not self._pss:
       super().on_train_batch_begin(batch, logs)
 
   def on_train_batch_end(self, batch, logs=None):
     if self._pss:
+      if self._backup_seconds is None:
+        self._measure_backup()
       # No collective to agree through and nothing to count: check every step.
       if self._terminated:
         self._exit_after_backup(f"batch {batch + 1}")
@@ -279,7 +344,7 @@ def _inside(frame, code) -> bool:
   return False
 
 
-def _any_worker(strategy: tf.distribute.Strategy):
+def any_worker(strategy: tf.distribute.Strategy):
   """A function: (whether any worker's flag is set, the workers' mean of `seconds`).
 
   One all-reduce of two scalars per check; every worker gets the same answer.
@@ -348,6 +413,9 @@ def _keras3_backup_class():
 
     def _fit_code(self):
       return fit_code
+
+    def _write_probe(self, directory):
+      self.model.save_weights(os.path.join(directory, "probe.weights.h5"))
 
     def on_train_begin(self, logs=None):
       super().on_train_begin(logs)

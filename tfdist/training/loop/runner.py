@@ -8,7 +8,11 @@ registered runner whose `strategy_types` match, or the one registered with none
 (the fallback); `tfdist.training.loop` registers them in a fixed order.
 """
 
+import contextlib
 import logging
+import signal
+import threading
+import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 import tensorflow as tf
@@ -16,10 +20,14 @@ import tensorflow as tf
 from tfdist import keras_support
 from tfdist.internals import tensorflow as tf_internals
 from tfdist.internals import tf_keras as tf_keras_internals
+from tfdist.training import checkpoints
 
 logger = logging.getLogger("tfdist")
 
 EXAMPLES = "examples"
+# Seconds of training between two SIGTERM checks (one all-reduce each under
+# multi-worker mirrored): short enough that a backup fits a grace period.
+CHECK_SECONDS = 1.0
 # Closures of an exact evaluation under parameter servers: several per worker,
 # so a slow or lost worker holds up only a small share.
 EVALUATION_SHARDS = 8
@@ -96,7 +104,14 @@ class Loop:
       resumes from it exactly (see `fit`).
     checkpoint_every: also save every this many steps (at loop ends); None:
       at epoch ends only. Under parameter servers, saves are at epoch ends.
+    checkpointed: more objects the checkpoint saves and restores, by name
+      (e.g. a counter your `step_fn` keeps); made under `strategy.scope()`.
   """
+
+  # Whether the runner's steps call `_check_sigterm` (the parameter-server
+  # runner's closures do not: SIGTERM ends its coordinator as before).
+  _checks_sigterm = False
+  _sigterm = None
 
   def __init_subclass__(cls, strategy_types: Tuple[type, ...] = (), **kwargs):
     super().__init_subclass__(**kwargs)
@@ -110,7 +125,8 @@ class Loop:
   def __init__(self, strategy: tf.distribute.Strategy, model, *, loss=None, optimizer=None,
                metrics: Optional[Mapping[str, Callable]] = None,
                step_fn: Optional[StepFn] = None, steps_per_loop: int = 1,
-               checkpoint_dir: Optional[str] = None, checkpoint_every: Optional[int] = None):
+               checkpoint_dir: Optional[str] = None, checkpoint_every: Optional[int] = None,
+               checkpointed: Optional[Mapping[str, object]] = None):
     if step_fn is None and (loss is None or optimizer is None):
       raise ValueError("Loop needs `loss` and `optimizer` for its default step, or a "
                        f"`step_fn`. Received: loss={loss!r}, optimizer={optimizer!r}")
@@ -148,6 +164,11 @@ class Loop:
                  "input_iterators": self.input_iterators, "input_batches": self.input_batches}
       if optimizer is not None:
         tracked["optimizer"] = optimizer
+      clashes = sorted(set(checkpointed or {}) & (set(tracked) | {"optimizer"}))
+      if clashes:
+        raise ValueError(f"`checkpointed` names must differ from the loop's own "
+                         f"{sorted(set(tracked) | {'optimizer'})}. Received: {clashes}")
+      tracked.update(checkpointed or {})
       self._checkpoint = tf.train.Checkpoint(**tracked)
       self._manager = tf.train.CheckpointManager(self._checkpoint, checkpoint_dir, max_to_keep=1)
       if self._manager.latest_checkpoint:
@@ -254,9 +275,18 @@ class Loop:
     in a warning, before training starts. Under parameter servers a closure
     re-run after a lost worker makes steps at-least-once, and a resumed epoch
     starts its data again (docs/guides/checkpoints.md).
+
+    With a `checkpoint_dir`, SIGTERM during `fit` (what SLURM and Kubernetes
+    send before they stop a task) makes the synchronous runner save a
+    checkpoint at its next check, about a second of training later, on every
+    worker at the same step, and exit with 143: run the job again to resume.
     """
     self._start_fit(dataset, steps_per_epoch,
                     (int(self.input_iterators.numpy()), int(self.input_batches.numpy())))
+    with self._sigterm_checks():
+      return self._fit_epochs(epochs, steps_per_epoch, verbose)
+
+  def _fit_epochs(self, epochs, steps_per_epoch, verbose) -> Dict[str, list]:
     history: Dict[str, list] = {}
     for epoch in range(int(self.epoch.numpy()), epochs):
       steps = steps_per_epoch
@@ -278,6 +308,53 @@ class Loop:
         logger.info("Epoch %d/%d - step %d - %s", epoch + 1, epochs, int(self.step.numpy()),
                   shown)
     return history
+
+  # --- SIGTERM: a checkpoint at the next check, then exit 143 ------------------
+
+  @contextlib.contextmanager
+  def _sigterm_checks(self):
+    """While `fit` runs, SIGTERM saves a checkpoint at the next check and exits 143.
+
+    Only with a `checkpoint_dir`. Under MultiWorkerMirroredStrategy TensorFlow
+    catches SIGTERM itself once the strategy exists (its preemption notifier),
+    and a task then trains on until SIGKILL; here every worker agrees at each
+    check, through one small all-reduce, so all of them save at the same step.
+    Checks come about every `CHECK_SECONDS` of training.
+    """
+    if (self._manager is None or not self._checks_sigterm
+        or threading.current_thread() is not threading.main_thread()):
+      self._sigterm = None
+      yield
+      return
+    self._sigterm = {"received": False, "next": int(self.step.numpy()) + 1,
+                     "last": (int(self.step.numpy()), time.monotonic()),
+                     "agree": checkpoints.any_worker(self.strategy)
+                     if tf_internals.is_multi_worker_mirrored(self.strategy) else None}
+    previous = signal.signal(signal.SIGTERM,
+                             lambda signum, frame: self._sigterm.update(received=True))
+    try:
+      yield
+    finally:
+      signal.signal(signal.SIGTERM, previous)
+      self._sigterm = None
+
+  def _check_sigterm(self) -> None:
+    """After a loop of steps: exit after a checkpoint if any worker got SIGTERM."""
+    state, step = self._sigterm, int(self.step.numpy())
+    if state is None or step < state["next"]:
+      return
+    steps, since = state["last"]
+    received, elapsed = state["received"], time.monotonic() - since
+    if state["agree"] is not None:  # Every worker gets the same answers.
+      received, elapsed = state["agree"](float(received), elapsed)
+    if received:
+      self._save()
+      logger.info("Loop: SIGTERM: saved a checkpoint at step %d to %s; exiting with code %d. "
+                  "Run the same job again to resume there.", step, self._checkpoint_dir,
+                  checkpoints.PREEMPTED_EXIT_CODE)
+      raise SystemExit(checkpoints.PREEMPTED_EXIT_CODE)
+    interval = max(1, min(1000, int(CHECK_SECONDS * (step - steps) / max(elapsed, 1e-6))))
+    state["next"], state["last"] = step + interval, (step, time.monotonic())
 
   def evaluate(self, dataset, *, steps: Optional[int] = None) -> Dict[str, float]:
     """Mean loss and metrics over every example of `dataset`, each counted once.

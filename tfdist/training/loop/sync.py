@@ -19,6 +19,8 @@ logger = logging.getLogger("tfdist")
 class SyncRunner(runner.Loop):
   """`Loop` under one device, mirrored, central storage and multi-worker mirrored."""
 
+  _checks_sigterm = True
+
   def __init__(self, *args, **kwargs):
     # kind ("train", "evaluate") -> name -> sync-on-read variable.
     self._sums: Dict[str, Dict[str, tf.Variable]] = {"train": {}, "evaluate": {}}
@@ -77,6 +79,7 @@ class SyncRunner(runner.Loop):
         if self._checkpoint_every and ran and \
             int(self.step.numpy()) % self._checkpoint_every < ran:
           self._save()
+        self._check_sigterm()
       done += ran
       if ran < chunk:
         break  # The data ran out.
