@@ -93,10 +93,15 @@ def main(argv):
     tf.profiler.experimental.start(logdir)
     model.fit(dataset, steps_per_epoch=_STEPS.value, epochs=1, verbose=0)
     tf.profiler.experimental.stop()
-    if strategy.cluster_resolver.task_id != 0:
-      return 0
-    convs = sum(isinstance(layer, keras.layers.Conv2D) for layer in model.layers)
-    rows = steps_of(_events(logdir), convs)
+    if strategy.cluster_resolver.task_id == 0:
+      convs = sum(isinstance(layer, keras.layers.Conv2D) for layer in model.layers)
+      rows = steps_of(_events(logdir), convs)
+  # Both workers end together: a worker that exits while worker 0 still reads
+  # its trace is a lost peer to TF's coordination service, which then aborts
+  # worker 0 (exit code 134, seen in CI).
+  strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None)
+  if strategy.cluster_resolver.task_id != 0:
+    return 0
   print(f"bytes_per_pack={_BYTES_PER_PACK.value}: per profiled step")
   for row in rows:
     print("  " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
