@@ -7,7 +7,7 @@ digits with `tfdist.training.loop` under `--strategy` (two logical CPUs), on a
 pipeline shuffled with a seed and reshuffled every pass, then times, side by
 side and `--repeats` times each: `--batches` training steps, and skipping
 `--batches` batches of the same distributed pipeline as a resumed `fit` does
-(`tfdist.training.loop.replay.skip`). It prints the medians and their ratio:
+(`tfdist.data.replay.skip`). It prints the medians and their ratio:
 the share of a step's time a restart spends per batch it replays. It also
 times a checkpoint with and without the two input counters.
 """
@@ -35,7 +35,7 @@ def main(argv):
   from tfdist.data import digits
   from tfdist.training import job
   from tfdist.training import loop as loop_lib
-  from tfdist.training.loop import replay
+  from tfdist.data import replay
 
   strategy = tfdist.make_strategy(_STRATEGY.value)
   (x, y), _ = digits.load_digits()

@@ -135,6 +135,8 @@ INVENTORY = {
     "WorkerTrainingState._ckpt_saved_epoch", "WorkerTrainingState._ckpt_saved_batch",
     "BackupAndRestore._current_epoch", "BackupAndRestore._backup",
     "Callback._supports_tf_logs",
+    "DataHandler._initial_epoch", "DataHandler._initial_step", "DataHandler._adapter",
+    "DataHandler._dataset", "DataHandler._inferred_steps", "DatasetAdapter._dataset",
     # keras.py (Keras 3)
     "keras.src.version.__version__", "keras.src.backend.tensorflow.trainer", "keras.src.tree",
     "keras.src.backend.common", "keras.src.backend.tensorflow.core",
@@ -144,6 +146,8 @@ INVENTORY = {
     "Layer._flatten_layers", "Model._initial_epoch", "BackupAndRestore._save_model",
     "BackupAndRestore._weights_path", "BackupAndRestore._training_metadata_path",
     "BackupAndRestore._prev_weights_path", "BackupAndRestore._prev_training_metadata_path",
+    "BackupAndRestore._last_batch_seen", "EpochIterator._enumerate_iterator",
+    "EpochIterator._num_batches", "TFDatasetAdapter._dataset",
 }
 
 
@@ -233,10 +237,11 @@ def test_each_internals_patch_is_gated_undoable_and_points_to_its_issue():
   for module in (keras_internals, tf_internals, tf_keras_internals):
     low, high = module.TESTED
     assert low <= high and len(low) == 2, module
-  for name, issue in keras_internals.PATCHES.items():
-    assert callable(getattr(keras_internals, f"enable_{name}")), name
-    assert callable(getattr(keras_internals, f"disable_{name}")), name
-    assert "/" in issue and "#" in issue, (name, issue)
+  for module in (keras_internals, tf_keras_internals):
+    for name, issue in module.PATCHES.items():
+      assert callable(getattr(module, f"enable_{name}")), name
+      assert callable(getattr(module, f"disable_{name}")), name
+      assert "/" in issue and "#" in issue, (name, issue)
   for name, issue in tf_internals.PATCHES.items():
     assert callable(getattr(tf_internals, name)), name  # A context manager: its exit undoes.
     assert "/" in issue and "#" in issue, (name, issue)

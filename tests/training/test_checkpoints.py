@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import helpers
 import tfdist
@@ -91,41 +92,6 @@ def test_sigterm_backs_up_mid_epoch_and_the_job_resumes_there(tmp_path):
   assert resumed.returncode == 0, resumed.stdout[-3000:]
   assert re.search(RESUMED, resumed.stdout).groups() == saved
   assert re.findall(r"^Epoch (\d)/4", resumed.stdout, re.M) == ["3", "4"]
-
-
-@pytest.mark.slow
-def test_keras3_sigterm_to_one_worker_backs_up_every_worker_and_resumes(tmp_path):
-  command = helpers.tfdist_cli("train", "--keras=keras3", "--strategy=multi_worker_mirrored",
-                               "--epochs=4", "--verbose=2", f"--checkpoint_dir={tmp_path}")
-  head, rest, code = helpers.signal_when(command, r"\[worker:1\] Epoch 3/4", signal.SIGTERM,
-                                         task=("worker", 1))
-  assert code == 143, (head + rest)[-3000:]
-  saved = {task: re.search(r"\[" + task + r"\] " + SAVED, rest).groups()
-           for task in ("worker:0", "worker:1")}
-  assert saved["worker:0"] == saved["worker:1"] and saved["worker:0"][0] == "3"
-  resumed = helpers.run(command, timeout=300)
-  assert resumed.returncode == 0, resumed.stdout[-3000:]
-  # Keras 3 resumes at epoch starts: epoch 3 again, from the weights backed up in it.
-  assert len(re.findall(r"\] BackupAndRestore: resuming at the start of epoch 3",
-                        resumed.stdout)) == 2
-  assert re.findall(r"\[worker:0\] Epoch (\d)/4", resumed.stdout) == ["3", "4"]
-  assert len(set(re.findall(r"\] strategy=.* weights=(\w+)", resumed.stdout))) == 1
-
-
-@pytest.mark.slow
-def test_sigterm_to_one_worker_backs_up_every_worker_at_the_same_step(tmp_path):
-  command = helpers.tfdist_cli("train", "--strategy=multi_worker_mirrored", "--epochs=4",
-                               "--verbose=2", f"--checkpoint_dir={tmp_path}")
-  head, rest, code = helpers.signal_when(command, r"\[worker:1\] Epoch 3/4", signal.SIGTERM,
-                                         task=("worker", 1))
-  assert code == 143, (head + rest)[-3000:]
-  saved = {task: re.search(r"\[" + task + r"\] " + SAVED, rest).groups()
-           for task in ("worker:0", "worker:1")}
-  assert saved["worker:0"] == saved["worker:1"]
-  resumed = helpers.run(command, timeout=300)
-  assert resumed.returncode == 0, resumed.stdout[-3000:]
-  assert set(re.findall(RESUMED, resumed.stdout)) == {saved["worker:0"]}
-  assert len(set(re.findall(r"\] strategy=.* weights=(\w+)", resumed.stdout))) == 1
 
 
 class _StopAt(keras.callbacks.Callback):
@@ -285,3 +251,120 @@ def test_a_grace_period_that_is_not_seconds_is_refused():
   with pytest.raises(ValueError, match=r"`TFDIST_GRACE_PERIOD` must be a number of seconds > 0, "
                                        r"e.g. 30. Received: '15s'$"):
     checkpoints.grace_period({"TFDIST_GRACE_PERIOD": "15s"})
+
+
+class _Interrupt(keras.callbacks.Callback):
+  """Stops fit at the start of `epoch` (an error, as a crash) or SIGTERMs it at `batch`."""
+
+  def __init__(self, epoch, batch=None):
+    super().__init__()
+    self.epoch, self.batch, self.running = epoch, batch, None
+
+  def on_epoch_begin(self, epoch, logs=None):
+    self.running = epoch
+    if epoch == self.epoch and self.batch is None:
+      raise RuntimeError("interrupted")
+
+  def on_train_batch_begin(self, batch, logs=None):
+    if (self.running, batch) == (self.epoch, self.batch):
+      os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+@pytest.mark.parametrize("name", ["one_device", "mirrored"])
+def test_fit_interrupted_twice_reads_on_where_it_stopped_and_ends_with_the_uninterrupted_weights(
+    flavour, name, tmp_path):
+  # Before: a resumed epoch read a new iterator in the first epoch's shuffle
+  # order, from its first batch (Keras 3: from the epoch's start, re-training
+  # the batches before the backup).
+  k = keras
+  if flavour == "keras3":
+    import keras as k
+  rng = np.random.default_rng(0)
+  x = rng.random((96, 3)).astype("float32")
+  y = (x @ np.array([[1.0], [-2.0], [0.5]], "float32")).astype("float32")
+
+  def fit(*interrupt):
+    k.utils.set_random_seed(1)
+    strategy = tfdist.make_strategy(name)
+    with strategy.scope():
+      model = k.Sequential([k.Input((3,)), k.layers.Dense(4), k.layers.Dense(1)])
+      model.compile(optimizer=k.optimizers.Adam(0.01), loss="mse")
+    # A new dataset, as a restarted program makes: its first iterator draws the first order.
+    data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(
+        96, seed=3, reshuffle_each_iteration=True).batch(16)
+    callbacks = [checkpoints.backup_and_restore(str(tmp_path), check_every=1, model=model)]
+    history = model.fit(data, epochs=4, verbose=0,
+                        callbacks=callbacks + [_Interrupt(*interrupt)] if interrupt else callbacks)
+    return model, history
+
+  straight, _ = fit()
+  with pytest.raises(RuntimeError, match="interrupted"):
+    fit(1)  # A crash at the start of epoch 2: resumed from epoch 1's backup.
+  with pytest.raises(SystemExit) as stopped:
+    fit(1, 3)  # SIGTERM in batch 4 of epoch 2, the first the resumed fit runs.
+  assert stopped.value.code == checkpoints.PREEMPTED_EXIT_CODE
+  resumed, history = fit()
+  assert len(history.history["loss"]) == 3  # The rest of epoch 2, and epochs 3 and 4.
+  for a, b in zip(straight.get_weights(), resumed.get_weights()):
+    np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_two_workers_stopped_by_sigterm_mid_epoch_end_with_the_uninterrupted_weights(
+    flavour, tmp_path):
+  def command(directory):
+    return helpers.tfdist_cli("launch", "--workers=2", "--timeout=240", "--", *helpers.python(
+        f"{helpers.SCRIPTS}/fit_resume.py", flavour, str(directory)))
+
+  def weights(result):
+    found = [json.loads(line.split("RESULT ")[1])
+             for line in result.stdout.splitlines() if "RESULT " in line]
+    assert len(found) == 2 and found[0] == found[1], result.stdout[-3000:]
+    return found[0]
+
+  (tmp_path / "straight").mkdir()
+  (tmp_path / "straight" / "stopped").touch()  # As if stopped before: runs uninterrupted.
+  straight = helpers.run(command(tmp_path / "straight"), timeout=300)
+  assert straight.returncode == 0, straight.stdout[-3000:]
+  stopped = helpers.run(command(tmp_path / "job"), timeout=300)
+  assert stopped.returncode == checkpoints.PREEMPTED_EXIT_CODE, stopped.stdout[-3000:]
+  saved = re.findall(r"^\[worker:(\d)\] .*" + SAVED, stopped.stdout, re.M)
+  assert sorted(w for w, *_ in saved) == ["0", "1"] and saved[0][1:] == saved[1][1:], saved
+  assert saved[0][1] == "2", saved  # In epoch 2.
+  resumed = helpers.run(command(tmp_path / "job"), timeout=300)
+  assert resumed.returncode == 0, resumed.stdout[-3000:]
+  assert len(re.findall(r"the input reads on after the (\d+) batches", resumed.stdout)) == 2
+  result, reference = weights(resumed), weights(straight)
+  assert result["epochs"] == 2  # The rest of epoch 2, and epoch 3.
+  np.testing.assert_allclose(result["weights"], reference["weights"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_fit_names_an_input_that_cannot_be_replayed_before_training(flavour, caplog, tmp_path):
+  k = keras
+  if flavour == "keras3":
+    import keras as k
+  x = np.ones((32, 3), "float32")
+  data = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(8)
+  python = data.map(lambda a, b: (tf.ensure_shape(
+      tf.py_function(lambda t: t, [a], tf.float32), [None, 3]), b))
+  with tfdist.make_strategy("one_device").scope():
+    model = k.Sequential([k.Input((3,)), k.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+  with caplog.at_level("WARNING", logger="tfdist"):
+    model.fit(data, epochs=1, verbose=0,
+              callbacks=[checkpoints.backup_and_restore(str(tmp_path), model=model)])
+    assert not caplog.records  # A replayable pipeline: nothing to say.
+    model.fit(python, epochs=1, verbose=0,
+              callbacks=[checkpoints.backup_and_restore(str(tmp_path), model=model)])
+  [warning] = [r.getMessage() for r in caplog.records]
+  assert warning.startswith("The input pipeline cannot be replayed after an interruption")
+  assert "it runs Python code (tf.py_function or tf.numpy_function)" in warning
+  if flavour == "keras3":  # What Keras 3's own epoch loop cannot be replayed with.
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="tfdist"):
+      model.fit(data.repeat(2), epochs=1, steps_per_epoch=4, verbose=0,
+                callbacks=[checkpoints.backup_and_restore(str(tmp_path), model=model)])
+    assert "steps_per_epoch is given for finite data; repeat() it" in caplog.text

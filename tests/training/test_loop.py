@@ -16,7 +16,7 @@ import tensorflow as tf
 import helpers
 import tfdist
 from tfdist.training import loop as loop_lib
-from tfdist.training.loop import replay
+from tfdist.data import replay
 
 LOOP_TRAIN = f"{helpers.SCRIPTS}/loop_train.py"
 LOOP_RESUME = f"{helpers.SCRIPTS}/loop_resume.py"

@@ -8,7 +8,8 @@
 - `distributed_input`: shard policies, `explain`, and distributing a dataset or
   a `dataset_fn` under a strategy;
 - `input_report`: whether a job waits for its input, measured during `fit`;
-- `service`: TF's tf.data service, to run the pipeline on other processes or machines.
+- `service`: TF's tf.data service, to run the pipeline on other processes or machines;
+- `replay`: reading on where an interrupted job stopped, and what cannot be replayed.
 """
 
 from tfdist.data.pipeline import (AUTOTUNE, Map, PipelineOptions, build, from_files,

@@ -1,6 +1,7 @@
 """The only place tfdist touches private TensorFlow and Keras code.
 
-One module per library: `tensorflow`, `tf_keras` and `keras` (Keras 3). Each
+One module per library: `tensorflow`, `tf_keras` and `keras` (Keras 3), and
+`frames`, which the two Keras modules use to find what a running `fit` reads. Each
 imports from `tensorflow.python`, `tf_keras.src` or `keras.src`, or reads or
 replaces a private attribute, so that the rest of tfdist does neither
 (`tests/test_architecture.py` fails on a new one outside this package, and

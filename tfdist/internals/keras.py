@@ -46,9 +46,11 @@ import importlib.abc
 import importlib.machinery
 import logging
 import sys
-from typing import Iterator, Optional, Tuple
+import weakref
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 from tfdist.internals import tensorflow as tf_internals
+from tfdist.internals import frames
 from tfdist.internals import versions
 
 logger = logging.getLogger("tfdist")
@@ -67,7 +69,12 @@ PATCHES = {
     # Keras 3 hands a ShardedVariable to TF's saver as a tensor; sharded
     # variables are TF's design (tensorflow/community#291).
     "sharded_checkpoints": "tensorflow/community#291",
+    # A distributed iterator cannot be checkpointed, so a resumed fit replays
+    # its input (tensorflow/tensorflow#56372).
+    "input_replay": "tensorflow/tensorflow#56372",
 }
+# Patches written against one Keras's own code, tested with it alone.
+_TESTED_FOR = {"input_replay": ((3, 15), (3, 15))}
 # The module whose import `tfdist launch`'s task site waits for (enable_multi_worker_on_import).
 TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
 
@@ -95,7 +102,8 @@ def unsupported_reason(version: Optional[Tuple[int, int]] = None,
   if version is None:
     return "Keras 3 is not installed"
   what = {"multi_worker": "Keras 3 multi-worker workaround"}.get(patch, f"Keras 3 {patch} patch")
-  return versions.untested_reason("Keras", version, TESTED, what, PATCHES[patch])
+  return versions.untested_reason("Keras", version, _TESTED_FOR.get(patch, TESTED), what,
+                                  PATCHES[patch])
 
 
 def _may_patch(patch: str) -> bool:
@@ -346,9 +354,96 @@ def backup_written_to(callback, write_dir: str) -> Iterator[None]:
       setattr(callback, name, path)
 
 
-def save_backup(callback) -> None:
-  """Keras 3's BackupAndRestore saves its backup now."""
+def save_backup(callback, epoch: int, batch: Optional[int] = None) -> None:
+  """Keras 3's BackupAndRestore saves its backup now, recording `epoch` and `batch`.
+
+  `epoch` is the one a restart begins with; `batch` the last one trained in it
+  (None: none). Keras records the epoch only at epoch ends, so a backup in the
+  first epoch of a resumed fit would otherwise record epoch 0.
+  """
+  callback._current_epoch = epoch
+  callback._last_batch_seen = -1 if batch is None else batch
   callback._save_model()
+
+
+def saved_batch(callback) -> int:
+  """The last batch trained in the epoch a restored backup resumes (-1: none); after on_train_begin."""
+  import json
+  path = callback._training_metadata_path
+  import tensorflow as tf
+  if not tf.io.gfile.exists(path):
+    return -1
+  with tf.io.gfile.GFile(path) as f:
+    return int(json.load(f).get("batch", -1))
+
+
+# --- Exact resume of fit's input. Keras 3 resumes a backup at its epoch's start,
+# from a new iterator drawn as the resumed fit's first: the first epoch's
+# shuffle order. For the running fit only, its epoch iterator first makes the
+# iterators the interrupted run had made, through Keras's own per-epoch code
+# (each draws the next epoch's order from the dataset's seed), and then reads
+# past the batches trained on, so the backup's batch is where training goes on.
+
+_replaying = weakref.WeakSet()  # The epoch iterators whose method is replaced.
+
+
+def enable_input_replay(epoch: int, batch: int, skip: Callable[[Any, int], Any]):
+  """Makes the running `fit` read its input from `epoch`, after `batch`; from `on_train_begin`.
+
+  Args:
+    epoch: the epoch the backup resumes (0-based; 0 and `batch` -1: a fresh start).
+    batch: the last batch trained in it, -1 for none.
+    skip: `skip(iterator, n)` reads and drops `n` batches of `iterator`.
+
+  Returns:
+    (the user's dataset, why its position cannot be restored or None); (None,
+    None) if nothing was replaced (an untested Keras, or no running `fit`).
+  """
+  if not _may_patch("input_replay"):
+    return None, None
+  import keras
+  epoch_iterator = frames.running_local(keras.Model.fit, "epoch_iterator")
+  if epoch_iterator is None:
+    return None, None
+  dataset = getattr(epoch_iterator.data_adapter, "_dataset", None)
+  steps, known = epoch_iterator.steps_per_epoch, epoch_iterator._num_batches
+  if steps is None and known is None:
+    return dataset, "its length is unknown (tf.data cannot tell its cardinality)"
+  if steps is not None and known is not None:
+    return dataset, "steps_per_epoch is given for finite data; repeat() it, or leave it out"
+  if not epoch and batch < 0:
+    return dataset, None
+  original = epoch_iterator._enumerate_iterator
+
+  def enumerate_iterator():
+    del epoch_iterator._enumerate_iterator  # Once: the epochs after it are Keras's own.
+    _replaying.discard(epoch_iterator)
+    ahead = 0
+    if steps is None:  # A new iterator each epoch: make, but do not read, the ones before.
+      for _ in range(epoch):
+        for _ in original():
+          pass
+    else:  # One iterator for the whole fit: read past the epochs before.
+      ahead = epoch * steps
+    for begin, end, iterator in original():
+      if begin <= batch:  # Trained on before the backup: read, not trained on again.
+        ahead += end - begin + 1
+        continue
+      if ahead:
+        skip(iterator, ahead)
+        ahead = 0
+      yield begin, end, iterator
+
+  epoch_iterator._enumerate_iterator = enumerate_iterator
+  _replaying.add(epoch_iterator)
+  return dataset, None
+
+
+def disable_input_replay() -> None:
+  """Puts the epoch iterators' own method back where a fit ended before using it."""
+  for epoch_iterator in list(_replaying):
+    vars(epoch_iterator).pop("_enumerate_iterator", None)
+  _replaying.clear()
 
 
 def enable_multi_worker_on_import() -> None:

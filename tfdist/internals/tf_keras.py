@@ -1,11 +1,15 @@
 """tf_keras's private code that tfdist uses, in one place.
 
-Tested with tf_keras 2.21 (`TESTED`); setup.cfg pins that series. Nothing here
-replaces tf_keras code: these read or call it. docs/known_issues.md tells why.
+Tested with tf_keras 2.21 (`TESTED`); setup.cfg pins that series. These read
+or call tf_keras code; one, `enable_input_replay`, replaces a method of one
+running `fit`'s data handler, undone by `disable_input_replay` (`PATCHES`).
+docs/known_issues.md tells why.
 """
 
-from typing import Optional, Tuple
+import weakref
+from typing import Any, Callable, Optional, Tuple
 
+from tfdist.internals import frames
 from tfdist.internals import versions
 
 TESTED = ((2, 21), (2, 21))
@@ -84,3 +88,60 @@ def never_fetch_logs(callback) -> None:
   would wait for every step.
   """
   callback._supports_tf_logs = True
+
+
+# --- Exact resume of `fit`'s input. tf_keras resumes a backup at its epoch and
+# batch, but reads that epoch from a new iterator: the first epoch's shuffle
+# order, from its first batch (TF cannot checkpoint a distributed iterator,
+# tensorflow/tensorflow#56372). For the running `fit` only, its DataHandler
+# first makes the iterators the interrupted run had made (each draws the next
+# epoch's order from the dataset's seed) and reads past the batches trained on.
+
+PATCHES = {"input_replay": "tensorflow/tensorflow#56372"}
+_replaying = weakref.WeakSet()  # The DataHandlers whose enumerate_epochs is replaced.
+
+
+def enable_input_replay(skip: Callable[[Any, int], Any]) -> Optional[Any]:
+  """Makes the running `fit` resume its input exactly; from a callback's `on_train_begin`.
+
+  Args:
+    skip: `skip(iterator, n)` reads and drops `n` batches of `iterator`.
+
+  Returns:
+    The user's dataset (what to check for replayability), or None if nothing
+    was replaced (an untested tf_keras, or no DataHandler, as under
+    ParameterServerStrategy's DatasetCreator).
+  """
+  if not versions.check("tf_keras", version(), TESTED, "exact resume of fit's input",
+                        PATCHES["input_replay"]):
+    return None
+  import tf_keras
+  handler = frames.running_local(tf_keras.Model.fit, "data_handler")
+  if handler is None or not hasattr(handler, "_initial_step"):
+    return None
+  original = handler.enumerate_epochs
+
+  def enumerate_epochs():
+    # Set by fit from the backup after on_train_begin, before this runs.
+    epoch, step = handler._initial_epoch, handler._initial_step
+    batches = step
+    if handler._adapter.should_recreate_iterator():
+      for _ in range(epoch):  # One iterator per epoch was made before this one.
+        iter(handler._dataset)
+    elif handler._inferred_steps is not None:
+      batches += epoch * handler._inferred_steps  # One iterator for the whole fit.
+    for index, (number, iterator) in enumerate(original()):
+      if index == 0 and batches:
+        skip(iterator, batches)
+      yield number, iterator
+
+  handler.enumerate_epochs = enumerate_epochs
+  _replaying.add(handler)
+  return getattr(handler._adapter, "_dataset", None)
+
+
+def disable_input_replay() -> None:
+  """Puts the DataHandlers' own `enumerate_epochs` back."""
+  for handler in list(_replaying):
+    vars(handler).pop("enumerate_epochs", None)
+  _replaying.clear()

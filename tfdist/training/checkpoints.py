@@ -29,6 +29,7 @@ import tensorflow as tf
 import tf_keras
 
 from tfdist import keras_support
+from tfdist.data import replay
 from tfdist.internals import keras as keras_internals
 from tfdist.internals import tf_keras as tf_keras_internals
 
@@ -190,6 +191,15 @@ class _SigtermChecks:
           self._backup_seconds, worst - self._backup_seconds, grace, source)
 
 
+def _check_check_arguments(check_every, check_seconds) -> None:
+  if check_every is not None and (isinstance(check_every, bool)
+                                  or not isinstance(check_every, int) or check_every < 1):
+    raise ValueError(f"`check_every` must be an integer >= 1, or None to check about every "
+                     f"`check_seconds`. Received: check_every={check_every!r}")
+  if not check_seconds > 0:
+    raise ValueError(f"`check_seconds` must be > 0. Received: check_seconds={check_seconds!r}")
+
+
 def grace_period(environ=None) -> Tuple[float, str]:
   """(seconds between SIGTERM and SIGKILL, where that came from) for this task.
 
@@ -222,7 +232,13 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
   workers agree through one small all-reduce per check, so a SIGTERM to any
   one worker makes all of them save at the same step, and all of them derive
   the next check's batch from the same reduced timing. A restarted job
-  resumes at the next batch. Under ParameterServerStrategy Keras keeps no
+  resumes at the next batch, and so does its input: the epoch's iterator is
+  drawn in the interrupted run's shuffle order (the iterators made before it
+  are made again, each drawing the next order from the dataset's seed) and
+  reads past the batches already trained on, so the job ends with the weights
+  an uninterrupted one would have. A pipeline that cannot be replayed (see
+  `tfdist.data.replay`) is named in a warning when `fit` starts. Under
+  ParameterServerStrategy Keras keeps no
   batch counters: the chief checks after every scheduled step, backs up the
   variables as they are, and a restarted job runs the interrupted epoch again
   from its start, with those variables.
@@ -246,12 +262,7 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
     # these two single-machine ones (tests/training/test_checkpoints.py).
     tf_keras_internals.add_supported_strategies(
         self, tf.distribute.OneDeviceStrategy, tf.distribute.experimental.CentralStorageStrategy)
-    if check_every is not None and (isinstance(check_every, bool)
-                                    or not isinstance(check_every, int) or check_every < 1):
-      raise ValueError(f"`check_every` must be an integer >= 1, or None to check about every "
-                       f"`check_seconds`. Received: check_every={check_every!r}")
-    if not check_seconds > 0:
-      raise ValueError(f"`check_seconds` must be > 0. Received: check_seconds={check_seconds!r}")
+    _check_check_arguments(check_every, check_seconds)
     self.check_every = check_every
     self.check_seconds = float(check_seconds)
     # Batch hooks never read the logs: no need to fetch them (under PSS they
@@ -273,6 +284,10 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
     if epoch >= 0:
       logger.info("BackupAndRestore: resuming after epoch %d, batch %d (from %s)",
                   epoch + 1, batch + 1, self.backup_dir)
+    if not self._pss:  # Under parameter servers steps are at-least-once anyway.
+      dataset = tf_keras_internals.enable_input_replay(_read_past)
+      if dataset is not None:
+        replay.warn_if_not_replayable(dataset)
     self._start_checks()
 
   def _fit_code(self):
@@ -311,6 +326,7 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
 
   def on_train_end(self, logs=None):
     self._restore_handler()
+    tf_keras_internals.disable_input_replay()
     super().on_train_end(logs)
 
   def _exit_after_backup(self, where: str, *, batch: Optional[int] = None,
@@ -333,6 +349,13 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
 
 
 _TF_KERAS_FIT_CODE = inspect.unwrap(tf_keras.Model.fit).__code__
+
+
+def _read_past(iterator, batches: int) -> None:
+  """A resumed fit's input reads past the batches the interrupted run trained on."""
+  seconds = replay.skip(iterator, batches)
+  logger.info("BackupAndRestore: the input reads on after the %d batches of this epoch "
+              "trained before the backup (read again in %.2fs)", batches, seconds)
 
 
 def _inside(frame, code) -> bool:
@@ -369,17 +392,20 @@ def backup_and_restore(checkpoint_dir: str, *, check_every: Optional[int] = None
   """`BackupAndRestore` in `checkpoint_dir/backup`, for `model`'s Keras.
 
   After an interruption, the same `fit` call resumes from the last finished
-  epoch, or from the batch where SIGTERM stopped it. The backup is deleted when
-  training finishes. For a Keras 3 `model`, Keras 3's own callback, written by
+  epoch, or from the batch where SIGTERM stopped it, and its input reads on
+  from there in the interrupted run's order (see `BackupAndRestore`). The
+  backup is deleted when training finishes. For a Keras 3 `model`, Keras 3's own callback, written by
   the chief only (`keras3_backup_and_restore`): at epoch ends, and on SIGTERM.
   """
   if model is not None and keras_support.is_keras3_model(model):
-    return keras3_backup_and_restore(os.path.join(checkpoint_dir, BACKUP_SUBDIR))
+    return keras3_backup_and_restore(os.path.join(checkpoint_dir, BACKUP_SUBDIR),
+                                     check_every=check_every, check_seconds=check_seconds)
   return BackupAndRestore(os.path.join(checkpoint_dir, BACKUP_SUBDIR), check_every=check_every,
                           check_seconds=check_seconds)
 
 
-def keras3_backup_and_restore(backup_dir: str):
+def keras3_backup_and_restore(backup_dir: str, *, check_every: Optional[int] = None,
+                              check_seconds: float = 1.0):
   """Keras 3's `BackupAndRestore`, with the backup written once, by the chief.
 
   Keras 3's callback writes from every worker into the same folder, and under
@@ -388,11 +414,13 @@ def keras3_backup_and_restore(backup_dir: str):
   the others into a temporary folder that is removed at once, TF's rule for
   multi-worker files; every worker restores from the chief's folder. On
   SIGTERM it backs up at the next check, on every worker at the same step, and
-  exits with `PREEMPTED_EXIT_CODE`, as `BackupAndRestore` does for tf_keras;
-  Keras 3 resumes at epoch starts, so a restart re-runs the interrupted epoch
-  from those weights.
+  exits with `PREEMPTED_EXIT_CODE`, as `BackupAndRestore` does for tf_keras.
+  Keras 3's own callback resumes at epoch starts only; this one records the
+  batch too, and a restart reads on after it in the interrupted run's order,
+  as `BackupAndRestore` does.
   """
-  return _keras3_backup_class()(backup_dir)
+  return _keras3_backup_class()(backup_dir, check_every=check_every,
+                                check_seconds=check_seconds)
 
 
 @functools.lru_cache(maxsize=None)
@@ -404,9 +432,11 @@ def _keras3_backup_class():
   class Keras3BackupAndRestore(_SigtermChecks, keras.callbacks.BackupAndRestore):
     __doc__ = keras3_backup_and_restore.__doc__
 
-    def __init__(self, backup_dir: str, *, check_seconds: float = 1.0):
-      super().__init__(backup_dir)  # Keras 3 backs up at epoch ends and resumes there.
-      self.check_every = None
+    def __init__(self, backup_dir: str, *, check_every: Optional[int] = None,
+                 check_seconds: float = 1.0):
+      super().__init__(backup_dir)  # Keras 3 backs up at epoch ends; tfdist on SIGTERM too.
+      _check_check_arguments(check_every, check_seconds)
+      self.check_every = check_every
       self.check_seconds = float(check_seconds)
       self._previous_handler = None
       self._agree = None
@@ -420,14 +450,18 @@ def _keras3_backup_class():
     def on_train_begin(self, logs=None):
       super().on_train_begin(logs)
       start = keras_internals.initial_epoch(self.model)  # Keras 3 sets it on restore.
-      if start:
-        logger.info("BackupAndRestore: resuming at the start of epoch %d (from %s)",
-                    start + 1, self.backup_dir)
+      batch = keras_internals.saved_batch(self)
+      if start or batch >= 0:
+        logger.info("BackupAndRestore: resuming at epoch %d, batch %d (from %s)",
+                    start + 1, batch + 2, self.backup_dir)
+      dataset, reason = keras_internals.enable_input_replay(start, batch, _read_past)
+      if dataset is not None:
+        replay.warn_if_not_replayable(dataset, *([reason] if reason else []))
       self._start_checks()
 
     def on_epoch_begin(self, epoch, logs=None):
       super().on_epoch_begin(epoch, logs)
-      self._running_epoch = epoch  # What a mid-epoch backup records: resume re-runs it.
+      self._running_epoch = epoch  # What a mid-epoch backup records.
       self._reset_checks()
 
     def on_train_batch_end(self, batch, logs=None):
@@ -436,20 +470,22 @@ def _keras3_backup_class():
         self._check(batch)
 
     def on_epoch_end(self, epoch, logs=None):
-      super().on_epoch_end(epoch, logs)  # The epoch's backup.
+      self._running_epoch = epoch + 1
+      keras_internals.save_backup(self, epoch + 1)  # The epoch's backup: a restart begins the next.
       self._check(None)
 
     def _exit_after_backup(self, where, *, batch=None, backed_up=False):
-      # The epoch a restart begins with (0-based): mid-epoch, the interrupted
-      # one, re-run with these weights (Keras 3 resumes at epoch starts only).
+      # The epoch a restart begins with (0-based), and the batch it reads on after.
       resume = self._running_epoch
       if not backed_up:
-        keras_internals.save_backup(self)
+        keras_internals.save_backup(self, resume, batch)
       self._restore_handler()
+      keras_internals.disable_input_replay()
+      # At an epoch's end on_epoch_end has moved `resume` on to the next epoch.
       running = resume if backed_up else resume + 1
       logger.info("BackupAndRestore: SIGTERM: backed up epoch %d after %s to %s; exiting with "
-                  "code %d. Run the same job again to resume at the start of epoch %d.",
-                  running, where, self.backup_dir, PREEMPTED_EXIT_CODE, resume + 1)
+                  "code %d. Run the same job again to resume there.",
+                  running, where, self.backup_dir, PREEMPTED_EXIT_CODE)
       raise SystemExit(PREEMPTED_EXIT_CODE)
 
     def _save_model(self):  # Keras 3's own hook: the one place it writes a backup.
@@ -468,6 +504,7 @@ def _keras3_backup_class():
 
     def on_train_end(self, logs=None):
       self._restore_handler()
+      keras_internals.disable_input_replay()
       strategy = self.model.distribute_strategy
       # A barrier (one tiny all-reduce): every worker's last save, whose temporary
       # folder is inside the backup, is done before the chief deletes it all.

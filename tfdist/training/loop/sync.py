@@ -10,7 +10,7 @@ from typing import Dict, Optional, Tuple
 
 import tensorflow as tf
 
-from tfdist.training.loop import replay
+from tfdist.data import replay
 from tfdist.training.loop import runner
 
 logger = logging.getLogger("tfdist")

@@ -85,12 +85,16 @@ def _unseeded(inputs: Iterable[str], constants) -> bool:
   return all(seed is not None and int(seed) == 0 for seed in seeds)
 
 
-def warn_if_not_replayable(dataset) -> bool:
+def warn_if_not_replayable(dataset, *also: str) -> bool:
   """Logs, once per call, why a resumed job would not read what the interrupted one did.
+
+  Args:
+    dataset: the pipeline (or a `dataset_fn`), as `not_replayable` takes it.
+    *also: more reasons, known to the caller.
 
   Returns whether the pipeline can be replayed.
   """
-  reasons = not_replayable(dataset)
+  reasons = sorted(set(not_replayable(dataset)) | set(also))
   if reasons:
     logger.warning(
         "The input pipeline cannot be replayed after an interruption, so a resumed job "
