@@ -245,14 +245,6 @@ def test_a_backup_that_would_outlast_the_grace_period_is_warned_about_at_the_fir
   assert not [p for p in os.listdir(tmp_path) if "grace-probe" in p]  # Its scratch is gone.
 
 
-def test_a_grace_period_that_is_not_seconds_is_refused():
-  assert checkpoints.grace_period({}) == (30.0, "SLURM's and Kubernetes' default")
-  assert checkpoints.grace_period({"TFDIST_GRACE_PERIOD": "15"}) == (15.0, "TFDIST_GRACE_PERIOD")
-  with pytest.raises(ValueError, match=r"`TFDIST_GRACE_PERIOD` must be a number of seconds > 0, "
-                                       r"e.g. 30. Received: '15s'$"):
-    checkpoints.grace_period({"TFDIST_GRACE_PERIOD": "15s"})
-
-
 class _Interrupt(keras.callbacks.Callback):
   """Stops fit at the start of `epoch` (an error, as a crash) or SIGTERMs it at `batch`."""
 

@@ -250,6 +250,10 @@ def test_bad_arguments_name_the_field_and_the_value():
   with pytest.raises(ValueError, match=r"`steps_per_loop` must be an integer >= 1. "
                                        r"Received: steps_per_loop=0"):
     loop_lib.Loop(strategy, model, step_fn=lambda b: {}, steps_per_loop=0)
+  with pytest.raises(ValueError, match=r"need a `checkpoint_dir` to save into. Received: "
+                                       r"checkpoint_dir=None, checkpoint_every=None, "
+                                       r"checkpointed=\['seen'\]$"):
+    loop_lib.Loop(strategy, model, step_fn=lambda b: {}, checkpointed={"seen": model.weights[0]})
   with pytest.raises(ValueError, match=r"needs a built model.*Received: an unbuilt Sequential"):
     loop_lib.Loop(strategy, keras.Sequential([keras.layers.Dense(1)]), step_fn=lambda b: {})
   x, y = _data(64)

@@ -30,7 +30,8 @@ _TIMEOUT = flags.DEFINE_float("timeout", None, "Stop the whole cluster after thi
 _MAX_RESTARTS = flags.DEFINE_integer(
     "max_restarts", 0, "Restart a failed task this many times in all: every task together "
     "(collectives need all of them), or a parameter-server worker alone. Training resumes "
-    "from its BackupAndRestore backup.", lower_bound=0)
+    "from its BackupAndRestore backup. tf.data service servers restart alone, up to this "
+    "many times too (at least 3).", lower_bound=0)
 _GRACE_PERIOD = flags.DEFINE_float(
     "grace_period", launch_lib.GRACE_PERIOD_SECONDS, "Seconds a task has between SIGTERM and "
     "SIGKILL when the cluster is stopped, to back up (SLURM's and Kubernetes' default).",

@@ -4,7 +4,8 @@
 - `environment`: the `ClusterEnvironment` contract and its resolution order;
   `tf_config`, `kubernetes` and `slurm` implement it, in that order;
 - `preflight`: every task reachable, or a clear error in bounded time;
-- `data_service`: where a tf.data service beside the cluster listens.
+- `data_service`: where a tf.data service beside the cluster listens;
+- `grace`: a task's seconds between SIGTERM and SIGKILL, as the launcher tells it.
 
 Nothing here imports TensorFlow, so launchers and `tfdist doctor` stay light.
 

@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
+from tfdist.cluster import grace
 from tfdist.cluster import spec as spec_lib
 
 TIMEOUT_ENV = "TFDIST_PREFLIGHT_TIMEOUT"
@@ -56,14 +57,7 @@ def preflight_timeout(timeout: Optional[float] = None,
     source, timeout = TIMEOUT_ENV, environ[TIMEOUT_ENV]
   if timeout is None:
     return DEFAULT_TIMEOUT
-  try:
-    value = float(timeout)
-  except (TypeError, ValueError):
-    value = float("nan")
-  if not value > 0:
-    raise ValueError(f"`{source}` must be a number of seconds > 0, e.g. 30. "
-                     f"Received: {timeout!r}")
-  return value
+  return grace.positive_seconds(timeout, source)
 
 
 def reachable(address: str, timeout: float = 1.0) -> bool:

@@ -14,8 +14,9 @@ from typing import List, Tuple
 from tfdist import cluster as cluster_lib
 from tfdist.cluster import data_service as data_service_lib
 
-# Restarts of tf.data service servers, in all, per launch: beyond a few, a
-# server that keeps dying is a bug to see, not to hide.
+# Restarts of tf.data service servers, in all, per launch, unless
+# --max_restarts allows more: beyond a few, a server that keeps dying is a bug
+# to see, not to hide.
 DATA_SERVICE_RESTARTS = 3
 DISPATCHER = "dispatcher"
 DATA_WORKER = "data_worker"
@@ -24,9 +25,10 @@ DATA_WORKER = "data_worker"
 class DataServers:
   """The servers of one `DataServiceSpec`, and how many restarts they have left."""
 
-  def __init__(self, service: data_service_lib.DataServiceSpec):
+  def __init__(self, service: data_service_lib.DataServiceSpec, max_restarts: int = 0):
     self.service = service
-    self.restarts_left = DATA_SERVICE_RESTARTS
+    self.restarts = max(DATA_SERVICE_RESTARTS, max_restarts)
+    self.restarts_left = self.restarts
 
   def commands(self) -> List[Tuple[cluster_lib.TaskSpec, List[str]]]:
     """(server, command line) for the dispatcher and every data worker."""
@@ -58,7 +60,7 @@ class DataServers:
                      "splits it handed out are lost, and the trainers would wait for data "
                      "forever; pass --data_work_dir to journal them and have it restarted")
     if self.restarts_left <= 0:
-      return False, (f"{what}; stopping every task: it was restarted {DATA_SERVICE_RESTARTS} "
+      return False, (f"{what}; stopping every task: it was restarted {self.restarts} "
                      "times already, and without it the trainers would wait for data forever")
     self.restarts_left -= 1
     how = ("from its journal in " + self.service.work_dir if server.type == DISPATCHER

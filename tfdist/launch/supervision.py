@@ -21,6 +21,7 @@ import time
 from typing import Deque, Dict, List, Mapping, Optional
 
 from tfdist import cluster as cluster_lib
+from tfdist.cluster import grace
 from tfdist.launch import data_servers
 
 _TAIL_LINES = 20
@@ -42,8 +43,8 @@ except (OSError, AttributeError):  # Not Linux: tasks outlive a killed launcher.
   _prctl = None
 
 
-def _die_with_launcher(launcher_pid: int):
-  """A preexec_fn: the task gets SIGKILL when the launcher dies, however it dies."""
+def die_with_parent(launcher_pid: int):
+  """A preexec_fn: the child gets SIGKILL when `launcher_pid`, its parent, dies, however it dies."""
   def preexec():
     if _prctl is not None:
       _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -110,7 +111,7 @@ class Cluster:
   def run(self, timeout, max_restarts) -> int:
     """Starts every task and server, applies the restart rules; the job's exit code."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    self.restarts_left = max_restarts
+    self.max_restarts = self.restarts_left = max_restarts
     # SIGINT and SIGTERM are only recorded, until every task is stopped: a
     # second Ctrl-C during the grace period must not cut the stop short and
     # leave task groups behind.
@@ -140,14 +141,14 @@ class Cluster:
     """The tf.data service's servers, as processes that never have to finish."""
     if self.data_service is None:
       return []
-    self.servers = data_servers.DataServers(self.data_service)
+    self.servers = data_servers.DataServers(self.data_service, self.max_restarts)
     return [self.start(task, command) for task, command in self.servers.commands()]
 
   def task_env(self, task) -> Dict[str, str]:
     """The environment of `task`: its TF_CONFIG, its grace period, the tf.data service's variables."""
     env = task_environment(self.spec, task, self.env)
     # What a backup after SIGTERM must fit in (tfdist.training.checkpoints).
-    env["TFDIST_GRACE_PERIOD"] = f"{self.grace_period:g}"
+    env[grace.GRACE_PERIOD_ENV] = f"{self.grace_period:g}"
     if self.servers is not None:
       env.update(self.servers.environment(self.attempt, os.getpid()))
     return env
@@ -166,7 +167,7 @@ class Cluster:
           self.prefix + command, env=env,
           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
           start_new_session=True,  # Own process group: stop its children too.
-          preexec_fn=_die_with_launcher(os.getpid()))
+          preexec_fn=die_with_parent(os.getpid()))
     except OSError as e:
       raise LaunchError(
           f"Could not start task {task}: {e.strerror}. Check that the command "

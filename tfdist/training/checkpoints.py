@@ -29,6 +29,7 @@ import tensorflow as tf
 import tf_keras
 
 from tfdist import keras_support
+from tfdist.cluster import grace
 from tfdist.data import replay
 from tfdist.internals import keras as keras_internals
 from tfdist.internals import tf_keras as tf_keras_internals
@@ -81,11 +82,10 @@ def chief_dir(path: str, strategy: Optional[tf.distribute.Strategy] = None) -> I
 # Exit code of a task that saved a backup after SIGTERM: 128 + SIGTERM, as a
 # shell reports it, which Kubeflow's ExitCode restart policy treats as retryable.
 PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
-# The seconds between SIGTERM and SIGKILL: `tfdist launch --grace_period` sets
-# it for its tasks; elsewhere the 30 s that SLURM (KillWait) and Kubernetes
-# (terminationGracePeriodSeconds) give by default. GKE Spot gives 15 s.
-GRACE_PERIOD_ENV = "TFDIST_GRACE_PERIOD"
-DEFAULT_GRACE_PERIOD = 30.0
+# The seconds between SIGTERM and SIGKILL (tfdist.cluster.grace).
+GRACE_PERIOD_ENV = grace.GRACE_PERIOD_ENV
+DEFAULT_GRACE_PERIOD = grace.DEFAULT_GRACE_PERIOD
+grace_period = grace.grace_period
 # An integer save_freq makes Keras resume at the saved batch, not at the start
 # of the epoch; this one is too large for Keras itself to ever save mid-epoch.
 _NEVER = 2**62
@@ -141,24 +141,16 @@ class _SigtermChecks:
     if self._backup_seconds is None and batch is not None:
       self._measure_backup()  # At the first check: the optimizer's slots exist by now.
     batches, since = self._last_check
-    elapsed = time.monotonic() - since
-    terminated = self._terminated
-    if self._agree is not None:
-      # Every worker gets the same answers, so they all check at the same batches.
-      terminated, elapsed = self._agree(float(terminated), elapsed)
+    done = 0 if batch is None else batch + 1 - batches
+    terminated, interval = check(self._agree, self._terminated, done,
+                                 time.monotonic() - since, self.check_seconds)
     if terminated:
       where = "its last batch" if batch is None else f"batch {batch + 1}"
       # At an epoch's end, on_epoch_end has just backed up.
       self._exit_after_backup(where, batch=batch, backed_up=batch is None)
     if batch is not None:
-      done = batch + 1 - batches
-      if self.check_every:
-        interval = self.check_every
-      else:  # About check_seconds from now, at this pace.
-        interval = max(1, min(1000, int(self.check_seconds * done / max(elapsed, 1e-6))))
-      self._next_check = batch + 1 + interval
+      self._next_check = batch + 1 + (self.check_every or interval)
       self._last_check = (batch + 1, time.monotonic())
-
 
   def _measure_backup(self) -> None:
     """Times a write of what a backup holds; warns if a SIGTERM backup would outlast the grace.
@@ -175,12 +167,12 @@ class _SigtermChecks:
       self._backup_seconds = time.monotonic() - start
       if tf.io.gfile.exists(scratch):
         tf.io.gfile.rmtree(scratch)
-    grace, source = grace_period()
+    seconds, source = grace_period()
     # Until the next check, then the backup itself.
     worst = self._backup_seconds + (0.0 if self.check_every else self.check_seconds)
     logger.info("BackupAndRestore: a backup takes %.2fs here; the grace period is %gs (%s)",
-                self._backup_seconds, grace, source)
-    if worst > grace:
+                self._backup_seconds, seconds, source)
+    if worst > seconds:
       logger.warning(
           "A backup after SIGTERM would take about %.1fs here (%.1fs to write, measured now, "
           "plus up to %gs to the next check), more than the %gs grace period (%s) between "
@@ -188,7 +180,21 @@ class _SigtermChecks:
           "written, and resume from its last epoch. Give the tasks a longer grace period "
           "(tfdist launch --grace_period, SLURM's KillWait, Kubernetes' "
           "terminationGracePeriodSeconds), or make the backup smaller.", worst,
-          self._backup_seconds, worst - self._backup_seconds, grace, source)
+          self._backup_seconds, worst - self._backup_seconds, seconds, source)
+
+
+def check(agree, terminated: bool, done: int, elapsed: float,
+          check_seconds: float) -> Tuple[bool, int]:
+  """At a SIGTERM check: (whether any worker got SIGTERM, steps until the next check).
+
+  `done` steps took `elapsed` seconds since the last check; the next comes
+  about `check_seconds` from now, at this pace. `agree` (from `any_worker`, or
+  None in one process) gives every worker the same answers, so all of them
+  check at the same steps.
+  """
+  if agree is not None:
+    terminated, elapsed = agree(float(terminated), elapsed)
+  return terminated, max(1, min(1000, int(check_seconds * done / max(elapsed, 1e-6))))
 
 
 def _check_check_arguments(check_every, check_seconds) -> None:
@@ -198,26 +204,6 @@ def _check_check_arguments(check_every, check_seconds) -> None:
                      f"`check_seconds`. Received: check_every={check_every!r}")
   if not check_seconds > 0:
     raise ValueError(f"`check_seconds` must be > 0. Received: check_seconds={check_seconds!r}")
-
-
-def grace_period(environ=None) -> Tuple[float, str]:
-  """(seconds between SIGTERM and SIGKILL, where that came from) for this task.
-
-  Raises:
-    ValueError: `TFDIST_GRACE_PERIOD` is not a number of seconds > 0.
-  """
-  environ = os.environ if environ is None else environ
-  if GRACE_PERIOD_ENV not in environ:
-    return DEFAULT_GRACE_PERIOD, "SLURM's and Kubernetes' default"
-  raw = environ[GRACE_PERIOD_ENV]
-  try:
-    value = float(raw)
-  except ValueError:
-    value = float("nan")
-  if not value > 0:
-    raise ValueError(f"`{GRACE_PERIOD_ENV}` must be a number of seconds > 0, e.g. 30. "
-                     f"Received: {raw!r}")
-  return value, GRACE_PERIOD_ENV
 
 
 class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):

@@ -135,6 +135,11 @@ class Loop:
       if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                 or value < 1):
         raise ValueError(f"`{field}` must be an integer >= 1. Received: {field}={value!r}")
+    if checkpoint_dir is None and (checkpointed or checkpoint_every is not None):
+      raise ValueError(
+          "`checkpointed` and `checkpoint_every` need a `checkpoint_dir` to save into. "
+          f"Received: checkpoint_dir=None, checkpoint_every={checkpoint_every!r}, "
+          f"checkpointed={sorted(checkpointed or {})}")
     if not getattr(model, "built", True) or not model.trainable_variables:
       raise ValueError("Loop needs a built model: give it an Input layer, or call it on a "
                        f"batch first. Received: an unbuilt {type(model).__name__}")
@@ -344,16 +349,14 @@ class Loop:
     if state is None or step < state["next"]:
       return
     steps, since = state["last"]
-    received, elapsed = state["received"], time.monotonic() - since
-    if state["agree"] is not None:  # Every worker gets the same answers.
-      received, elapsed = state["agree"](float(received), elapsed)
+    received, interval = checkpoints.check(state["agree"], state["received"], step - steps,
+                                           time.monotonic() - since, CHECK_SECONDS)
     if received:
       self._save()
       logger.info("Loop: SIGTERM: saved a checkpoint at step %d to %s; exiting with code %d. "
                   "Run the same job again to resume there.", step, self._checkpoint_dir,
                   checkpoints.PREEMPTED_EXIT_CODE)
       raise SystemExit(checkpoints.PREEMPTED_EXIT_CODE)
-    interval = max(1, min(1000, int(CHECK_SECONDS * (step - steps) / max(elapsed, 1e-6))))
     state["next"], state["last"] = step + interval, (step, time.monotonic())
 
   def evaluate(self, dataset, *, steps: Optional[int] = None) -> Dict[str, float]:
