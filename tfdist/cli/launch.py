@@ -18,6 +18,7 @@ from absl import flags
 from tfdist import launch as launch_lib
 from tfdist.launch import kubernetes
 from tfdist.launch import private_network
+from tfdist.launch import ray as ray_launch
 from tfdist.launch import slurm
 from tfdist.launch import task_keras
 
@@ -53,6 +54,15 @@ _DATA_WORKERS = flags.DEFINE_integer(
 _DATA_WORK_DIR = flags.DEFINE_string(
     "data_work_dir", None, "--data_workers: the dispatcher journals its state here, so that "
     "it is restarted without losing its jobs if it dies.")
+_RAY = flags.DEFINE_string(
+    "ray", None, "Run every task on a Ray cluster: --ray=ADDRESS (its head's host:port, or "
+    "auto), --ray alone for RAY_ADDRESS, --ray=local to start one here for this job. Needs "
+    "pip install 'tfdist[ray]'.")
+_RAY_CPUS = flags.DEFINE_float("ray_cpus_per_task", 1.0, "--ray: CPUs each task reserves "
+                               "(workers and the chief also get a GPU where the cluster has "
+                               "them).", lower_bound=0.001)
+_RAY_PLACEMENT = flags.DEFINE_enum("ray_placement", "SPREAD", ["SPREAD", "PACK"],
+                                   "--ray: spread the tasks over nodes, or pack them onto few.")
 _SLURM = flags.DEFINE_bool("slurm", False, "Submit to SLURM with sbatch instead of running "
                            "locally. With --ps, task 0 is the chief.")
 _TIME_MINUTES = flags.DEFINE_integer("time_minutes", 60, "--slurm: the job's time limit.",
@@ -68,6 +78,12 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "--slurm: where the sbatch scrip
                                "job's output go (default: the current directory).")
 _SBATCH_ARGS = flags.DEFINE_multi_string("sbatch", [], "--slurm: an extra #SBATCH directive, "
                                          "e.g. --sbatch=--partition=gpu (repeatable).")
+
+
+def normalize_argv(argv):
+  """`--ray` alone means "the cluster RAY_ADDRESS names": absl wants a value."""
+  command_at = argv.index("--") if "--" in argv else len(argv)
+  return [("--ray=" if a == "--ray" and i < command_at else a) for i, a in enumerate(argv)]
 
 
 def main(argv):
@@ -88,6 +104,9 @@ def main(argv):
   except private_network.Unavailable as e:
     print(f"tfdist launch: {e}", file=sys.stderr)
     return 2
+  except ray_launch.RayUnavailable as e:
+    print(f"tfdist launch: {e}", file=sys.stderr)
+    return 2
   except slurm.SlurmError as e:
     print(f"tfdist launch: {e}", file=sys.stderr)
     return 1
@@ -106,6 +125,11 @@ def _launcher() -> launch_lib.Launcher:
         time_minutes=_TIME_MINUTES.value, template=_SBATCH_TEMPLATE.value,
         extra_directives=_SBATCH_ARGS.value, keras=_KERAS.value,
         data_work_dir=_DATA_WORK_DIR.value)
+  if _RAY.present:
+    return launch_lib.make_launcher(
+        "ray", address=_RAY.value or None, timeout=_TIMEOUT.value,
+        max_restarts=_MAX_RESTARTS.value, grace_period=_GRACE_PERIOD.value,
+        keras=_KERAS.value, cpus_per_task=_RAY_CPUS.value, placement=_RAY_PLACEMENT.value)
   if _KUBERNETES.value:
     return launch_lib.make_launcher("kubernetes", kind=_KUBERNETES.value, image=_IMAGE.value,
                                     name=_NAME.value, namespace=_NAMESPACE.value,

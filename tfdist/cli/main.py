@@ -48,7 +48,8 @@ def run(argv=None) -> None:
   from absl import app  # Deferred: `tfdist --help` needs nothing else.
   from absl import logging
   logging.set_verbosity(logging.WARNING)  # Also TensorFlow's Python logger.
-  app.run(_with_output(module.main), argv=[f"tfdist {command}"] + argv[2:])
+  arguments = getattr(module, "normalize_argv", list)(argv[2:])
+  app.run(_with_output(module.main), argv=[f"tfdist {command}"] + arguments)
 
 
 def _with_output(main):

@@ -1,4 +1,4 @@
-"""Launching: one command as every task of a cluster, here, on SLURM or on Kubernetes.
+"""Launching: one command as every task of a cluster, here, on SLURM, Ray or Kubernetes.
 
 - `launcher`: the `Launcher` contract, the `Job` it runs, and the registry
   that `tfdist launch` dispatches on;
@@ -6,7 +6,8 @@
 - `private_network`: the loopback-only network namespace local tasks run in;
 - `notebook`: a function or script as a local cluster, from a notebook cell;
 - `slurm`: sbatch submission from the template in `templates/`;
-- `kubernetes`: TFJob and Indexed Job manifests.
+- `kubernetes`: TFJob and Indexed Job manifests;
+- `ray`: every task on a Ray cluster, supervised from here (`--ray`).
 
 Example:
 
@@ -19,6 +20,7 @@ Example:
 from tfdist.launch import kubernetes
 from tfdist.launch import launcher
 from tfdist.launch import local
+from tfdist.launch import ray
 from tfdist.launch import slurm
 from tfdist.launch.launcher import Job, Launcher, available_launchers, make_launcher
 from tfdist.launch.local import (GRACE_PERIOD_SECONDS, NETWORKS, TIMEOUT_EXIT_CODE,
@@ -29,6 +31,7 @@ from tfdist.launch.notebook import notebook_launch
 launcher.register(local.LocalLauncher)
 launcher.register(slurm.SlurmLauncher)
 launcher.register(kubernetes.KubernetesLauncher)
+launcher.register(ray.RayLauncher)
 
 __all__ = ["GRACE_PERIOD_SECONDS", "Job", "LaunchError", "Launcher", "LocalLauncher", "NETWORKS", "TIMEOUT_EXIT_CODE",
            "available_launchers", "launch_local", "make_launcher", "must_finish",

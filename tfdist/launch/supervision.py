@@ -125,6 +125,7 @@ class Cluster:
       while True:
         try:
           self.tasks = []
+          self.prepare_attempt()
           self.tasks += self.start_data_service()
           self.tasks += [self.start(task) for task in self.spec.tasks()]
           code = self.wait(timeout, deadline)
@@ -136,6 +137,9 @@ class Cluster:
     finally:
       for sig, handler in previous.items():
         signal.signal(sig, handler)
+
+  def prepare_attempt(self) -> None:
+    """Before every task starts (again): here nothing; a launcher may move the cluster."""
 
   def start_data_service(self) -> List["Supervised"]:
     """The tf.data service's servers, as processes that never have to finish."""

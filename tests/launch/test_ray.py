@@ -1,0 +1,198 @@
+"""tfdist.launch.ray: every task on a real 2-node Ray cluster (loopback only), supervised here.
+
+One Ray cluster (a head and one more node, `tests/ray_cluster.py`) is shared
+by the tests of this module; every command runs inside its private network
+namespace.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import helpers
+
+ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'tfdist[ray]'")
+import ray_cluster  # pylint: disable=wrong-import-position
+
+SCRIPT = os.path.join(helpers.SCRIPTS, "ray_fit.py")
+RUNS_ON = r"^\[(\w+:\d)\] tfdist: \1 runs on .* Ray node (\w+)\)$"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+  started = ray_cluster.RayCluster().start()
+  try:
+    yield started
+  finally:
+    started.stop()
+
+
+def _results(stdout):
+  return {m.group(1): json.loads(m.group(2))
+          for m in re.finditer(r"^\[(\w+:\d)\] RESULT (.*)$", stdout, re.M)}
+
+
+@pytest.mark.slow
+def test_two_workers_train_in_sync_on_two_ray_nodes(cluster):
+  result = cluster.run(helpers.tfdist_cli("launch", "--ray", "--workers=2", "--timeout=240", "--",
+                                          *helpers.python(SCRIPT, "tf_keras",
+                                                          "multi_worker_mirrored")),
+                       timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  nodes = dict(re.findall(RUNS_ON, result.stdout, re.M))
+  assert sorted(nodes) == ["worker:0", "worker:1"], result.stdout[-3000:]
+  assert len(set(nodes.values())) == 2, nodes  # One task per node (SPREAD).
+  results = _results(result.stdout)
+  assert results["worker:0"]["weights"] == results["worker:1"]["weights"]
+  assert results["worker:0"]["losses"][-1] < results["worker:0"]["losses"][0]
+  assert f"on Ray at {cluster.address}" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_chief_a_worker_and_a_ps_train_with_fit_and_a_keras3_script_trains(cluster):
+  result = cluster.run(helpers.tfdist_cli(
+      "launch", "--ray", "--chief", "--workers=1", "--ps=1", "--timeout=240", "--",
+      *helpers.python(SCRIPT, "tf_keras", "parameter_server")), timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert sorted(dict(re.findall(RUNS_ON, result.stdout, re.M))) == ["chief:0", "ps:0",
+                                                                    "worker:0"]
+  losses = _results(result.stdout)["chief:0"]["losses"]
+  assert losses[-1] < losses[0], losses
+  # Keras 3 under multi-worker mirrored: the task site the local launcher uses.
+  result = cluster.run(helpers.tfdist_cli(
+      "launch", "--ray", "--workers=2", "--keras=keras3", "--timeout=240", "--",
+      *helpers.python(SCRIPT, "keras3", "multi_worker_mirrored")), timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  results = _results(result.stdout)
+  assert results["worker:0"]["weights"] == results["worker:1"]["weights"]
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_launcher_reaches_every_task_which_backs_up_in_its_grace_period(
+    cluster, tmp_path):
+  command = cluster.command(helpers.tfdist_cli(
+      "launch", "--ray", "--workers=2", "--grace_period=20", "--timeout=240", "--",
+      *helpers.python(SCRIPT, "tf_keras", "multi_worker_mirrored", f"backup={tmp_path}")))
+  lines = []
+  with helpers.spawned(command, env={"RAY_ADDRESS": cluster.address}) as process:
+    for line in process.stdout:
+      lines.append(line)
+      if line.startswith("[worker:1] EPOCH 2"):
+        os.kill(helpers.command_pid(process.pid, "launch"), signal.SIGTERM)  # As a scheduler.
+        break
+    lines += process.communicate(timeout=120)[0].splitlines(keepends=True)
+  stdout = "".join(lines)
+  assert process.returncode == 128 + signal.SIGTERM, stdout[-3000:]
+  assert "received SIGTERM; stopping every task" in stdout
+  saved = re.findall(r"^\[(worker:\d)\] BackupAndRestore: SIGTERM: backed up epoch (\d+) after "
+                     r"(batch \d+|its last batch)", stdout, re.M)
+  assert sorted(w for w, *_ in saved) == ["worker:0", "worker:1"], stdout[-3000:]
+  assert saved[0][1:] == saved[1][1:], saved  # At the same step.
+
+
+@pytest.mark.slow
+def test_a_lost_node_restarts_the_job_on_the_nodes_left_from_its_backup(cluster, tmp_path):
+  lines = []
+  with helpers.spawned(cluster.command(helpers.tfdist_cli(
+      "launch", "--ray", "--workers=2", "--max_restarts=1", "--timeout=240", "--",
+      *helpers.python(SCRIPT, "tf_keras", "multi_worker_mirrored", f"backup={tmp_path}"))),
+                       env={"RAY_ADDRESS": cluster.address}) as process:
+    try:
+      for line in process.stdout:
+        lines.append(line)
+        if line.startswith("[worker:0] EPOCH 2"):
+          cluster.remove_node()  # One worker's node: its actor, and its task, are gone.
+          break
+      lines += process.communicate(timeout=240)[0].splitlines(keepends=True)
+    finally:
+      cluster.add_node()  # As it was, for the tests after this one.
+  stdout = "".join(lines)
+  assert process.returncode == 0, stdout[-3000:]
+  assert re.search(r"tfdist: worker:\d was lost with its Ray actor", stdout), stdout[-3000:]
+  assert "restarting every task (0 restarts left)" in stdout
+  # Both tasks now on the node that is left, at new addresses, from the backup.
+  restarted = stdout[stdout.index("for the restart"):]
+  assert len(set(re.findall(RUNS_ON, restarted, re.M))) == 2
+  assert len({node for _, node in re.findall(RUNS_ON, restarted, re.M)}) == 1
+  assert len(re.findall(r"BackupAndRestore: resuming after epoch \d", restarted)) == 2
+  results = _results(stdout)
+  assert results["worker:0"]["weights"] == results["worker:1"]["weights"]
+
+
+@pytest.mark.slow
+def test_a_sigkilled_launcher_leaves_no_actor_and_no_process(cluster, tmp_path):
+  marker = str(tmp_path / "sleeping")  # In every task's command line, to look for.
+  with helpers.spawned(cluster.command(helpers.tfdist_cli(
+      "launch", "--ray", "--workers=2", "--", *helpers.python(
+          SCRIPT, "tf_keras", "multi_worker_mirrored", "sleep=300", marker))),
+                       env={"RAY_ADDRESS": cluster.address}) as process:
+    ready = 0
+    for line in process.stdout:
+      ready += "] READY" in line
+      if ready == 2:
+        break
+    assert ready == 2, "the tasks did not start"
+    # The launcher; each task's local process, and its command on its node.
+    assert len(_pids_with(marker)) == 5, _pids_with(marker)
+    assert "ALIVE 2" in cluster.run(helpers.python("-c", _ALIVE_ACTORS), timeout=120).stdout
+    launcher = helpers.command_pid(process.pid, "launch")
+    os.kill(launcher, signal.SIGKILL)
+    process.communicate(timeout=60)
+  deadline = time.monotonic() + 60
+  while _pids_with(marker) and time.monotonic() < deadline:
+    time.sleep(0.5)
+  assert not _pids_with(marker)
+  alive = cluster.run(helpers.python("-c", _ALIVE_ACTORS), timeout=120)
+  assert alive.returncode == 0, alive.stdout[-2000:]
+  deadline = time.monotonic() + 60
+  while "ALIVE 0" not in alive.stdout and time.monotonic() < deadline:
+    time.sleep(2)
+    alive = cluster.run(helpers.python("-c", _ALIVE_ACTORS), timeout=120)
+  assert "ALIVE 0" in alive.stdout, alive.stdout[-2000:]
+
+
+# Ray's own view of the actors (its GCS), without the dashboard the state API needs.
+_ALIVE_ACTORS = """
+import ray
+from ray._private import state
+ray.init(logging_level="ERROR")
+actors = state.actors().values()
+print("ALIVE", sum(a["State"] == "ALIVE" for a in actors), flush=True)
+"""
+
+
+def _pids_with(needle: str):
+  found = []
+  for name in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{name}/cmdline", "rb") as f:
+        if needle.encode() in f.read():
+          found.append(int(name))
+    except OSError:
+      pass
+  return found
+
+
+def test_no_address_and_no_ray_are_one_line_errors():
+  command = helpers.tfdist_cli("launch", "--ray", "--", sys.executable, "-c", "pass")
+  result = helpers.run(command, timeout=120, env={"RAY_ADDRESS": ""})
+  assert result.returncode == 2, result.stdout
+  assert result.stdout.strip().splitlines()[-1] == (
+      "tfdist launch: No Ray cluster named: pass --ray=ADDRESS (the head's host:port, e.g. "
+      "--ray=10.0.0.5:6379, or --ray=auto for the cluster this machine belongs to), set "
+      "RAY_ADDRESS, or pass --ray=local to start a Ray cluster here for this job. Received: "
+      "no address and RAY_ADDRESS unset")
+  # Without Ray installed (hidden from this one process).
+  hide = ("import sys; sys.modules['ray'] = None; sys.argv = ['tfdist'] + sys.argv[1:]; "
+          "from tfdist.cli import main; main.run()")
+  result = helpers.run(helpers.python("-c", hide, "launch", "--ray=127.0.0.1:1", "--",
+                                      sys.executable, "-c", "pass"), timeout=120)
+  assert result.returncode == 2, result.stdout
+  assert result.stdout.strip().splitlines()[-1].startswith(
+      "tfdist launch: --ray needs Ray: pip install 'tfdist[ray]'")
