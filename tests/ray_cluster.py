@@ -2,7 +2,7 @@
 
 Outside a network namespace Ray advertises the machine's outside address, and
 nothing may listen there; inside one that has only loopback (`unshare -rn`,
-then `ip link set lo up`) every Ray process binds and advertises 127.0.0.1.
+then loopback up) every Ray process binds and advertises 127.0.0.1.
 
 `RayCluster.start()` runs this file as a program inside a new namespace: it
 starts a head and one more node (two raylets, `ray.cluster_utils.Cluster`),
@@ -32,8 +32,8 @@ class RayCluster:
 
   def start(self, timeout: float = 120) -> "RayCluster":
     self.process = subprocess.Popen(
-        ["unshare", "-rn", "sh", "-c", f'ip link set lo up && exec "{sys.executable}" '
-         f'"{os.path.abspath(__file__)}"'],
+        ["unshare", "--user", "--map-root-user", "--net", "--", sys.executable,
+         os.path.abspath(__file__)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)
     deadline = time.monotonic() + timeout
@@ -90,8 +90,20 @@ class RayCluster:
     self.process = None
 
 
+def _loopback_up() -> None:
+  """`ip link set lo up`, without iproute2 (SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP)."""
+  import fcntl  # pylint: disable=import-outside-toplevel
+  import socket  # pylint: disable=import-outside-toplevel
+  import struct  # pylint: disable=import-outside-toplevel
+  with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    request = struct.pack("16sH14s", b"lo", 0, b"")
+    flags = struct.unpack("16sH14s", fcntl.ioctl(s, 0x8913, request))[1]
+    fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", flags | 1, b""))
+
+
 def _hold() -> None:
   """Inside the namespace: a head and one more node until stdin closes."""
+  _loopback_up()
   from ray import cluster_utils  # pylint: disable=import-outside-toplevel
   # A lost node is noticed within about 2 s (Ray's defaults: 15 s, for real networks).
   cluster = cluster_utils.Cluster(
