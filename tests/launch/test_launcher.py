@@ -9,14 +9,14 @@ from tfdist.launch import launcher
 
 
 def test_every_launcher_is_registered():
-  assert launch.available_launchers() == ["kubernetes", "local", "slurm"]
+  assert launch.available_launchers() == ["kubernetes", "local", "ray", "slurm"]
   assert isinstance(launch.make_launcher("local"), launch.Launcher)
 
 
 def test_an_unknown_launcher_lists_the_known_ones():
-  with pytest.raises(ValueError, match=r"Unknown launcher name. Valid names: \['kubernetes', 'local', 'slurm'\]\. "
-                     r"Received: 'ray'"):
-    launch.make_launcher("ray")
+  with pytest.raises(ValueError, match=r"Unknown launcher name. Valid names: \['kubernetes', "
+                     r"'local', 'ray', 'slurm'\]\. Received: 'mesos'"):
+    launch.make_launcher("mesos")
 
 
 @pytest.mark.parametrize("kwargs, match", [

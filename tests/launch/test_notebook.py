@@ -64,12 +64,14 @@ def test_parameter_servers_without_a_chief_get_one(capsys):
     import json, os, time
     if json.loads(os.environ["TF_CONFIG"])["task"]["type"] == "chief":
       print("chief ran")
-    else:
-      time.sleep(600)
-  launch.notebook_launch(task, workers=1, ps=1, timeout=60)
+      return {"ran on": "chief:0"}
+    time.sleep(600)
+  # What the function returns on the chief comes back to the cell.
+  assert launch.notebook_launch(task, workers=1, ps=1, timeout=60) == {"ran on": "chief:0"}
   out = capsys.readouterr().out
   assert "added one (chief + 1 worker(s) + 1 ps)" in out
   assert "[chief:0] chief ran" in out
+  assert "TFDIST_RESULT" not in out
 
 
 def test_rejects_what_is_not_a_function_or_path():

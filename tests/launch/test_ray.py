@@ -55,6 +55,24 @@ def test_two_workers_train_in_sync_on_two_ray_nodes(cluster):
 
 
 @pytest.mark.slow
+def test_ray_launch_runs_a_function_on_the_nodes_and_returns_worker_0s_result(cluster, tmp_path):
+  cell = tmp_path / "cell.py"  # What a notebook cell runs (the function needs a source).
+  cell.write_text(
+      "from tfdist import launch\n"
+      "def train():\n"
+      "  import json, os\n"
+      "  import tfdist\n"
+      "  strategy = tfdist.make_strategy('multi_worker_mirrored')\n"
+      "  task = json.loads(os.environ['TF_CONFIG'])['task']\n"
+      "  return {'task': task, 'replicas': strategy.num_replicas_in_sync}\n"
+      "print('RETURNED', launch.ray_launch(train, workers=2, timeout=200))\n")
+  result = cluster.run(helpers.python(str(cell)), timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert "RETURNED {'task': {'type': 'worker', 'index': 0}, 'replicas': 2}" in result.stdout
+  assert len(set(re.findall(RUNS_ON, result.stdout, re.M))) == 2
+
+
+@pytest.mark.slow
 def test_a_chief_a_worker_and_a_ps_train_with_fit_and_a_keras3_script_trains(cluster):
   result = cluster.run(helpers.tfdist_cli(
       "launch", "--ray", "--chief", "--workers=1", "--ps=1", "--timeout=240", "--",
@@ -177,6 +195,16 @@ def _pids_with(needle: str):
     except OSError:
       pass
   return found
+
+
+@pytest.mark.slow
+def test_a_command_missing_on_its_node_is_exit_127_naming_it(cluster):
+  result = cluster.run(helpers.tfdist_cli("launch", "--ray", "--workers=1", "--",
+                                          "/nonexistent/train"), timeout=120)
+  assert result.returncode == 127, result.stdout[-3000:]
+  assert re.search(r"^\[worker:0\] tfdist: could not start worker:0 on its Ray node: .*"
+                   r"No such file or directory.*Received: command=\['/nonexistent/train'\]$",
+                   result.stdout, re.M), result.stdout[-3000:]
 
 
 def test_no_address_and_no_ray_are_one_line_errors():

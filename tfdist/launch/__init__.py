@@ -4,7 +4,8 @@
   that `tfdist launch` dispatches on;
 - `local`: processes on this machine (`launch_local`, `LocalLauncher`);
 - `private_network`: the loopback-only network namespace local tasks run in;
-- `notebook`: a function or script as a local cluster, from a notebook cell;
+- `notebook`: a function or script as a cluster, from a notebook cell, here or
+  on Ray (`notebook_launch`, `ray_launch`), returning the chief's result;
 - `slurm`: sbatch submission from the template in `templates/`;
 - `kubernetes`: TFJob and Indexed Job manifests;
 - `ray`: every task on a Ray cluster, supervised from here (`--ray`).
@@ -26,7 +27,7 @@ from tfdist.launch.launcher import Job, Launcher, available_launchers, make_laun
 from tfdist.launch.local import (GRACE_PERIOD_SECONDS, NETWORKS, TIMEOUT_EXIT_CODE,
                                  LaunchError, LocalLauncher, launch_local, must_finish,
                                  task_environment)
-from tfdist.launch.notebook import notebook_launch
+from tfdist.launch.notebook import notebook_launch, ray_launch
 
 launcher.register(local.LocalLauncher)
 launcher.register(slurm.SlurmLauncher)
@@ -35,4 +36,4 @@ launcher.register(ray.RayLauncher)
 
 __all__ = ["GRACE_PERIOD_SECONDS", "Job", "LaunchError", "Launcher", "LocalLauncher", "NETWORKS", "TIMEOUT_EXIT_CODE",
            "available_launchers", "launch_local", "make_launcher", "must_finish",
-           "notebook_launch", "task_environment"]
+           "notebook_launch", "ray_launch", "task_environment"]

@@ -1,24 +1,67 @@
-"""Launching a local cluster from a notebook cell: a function or script as every task."""
+"""Launching a cluster from a notebook cell: a function or script as every task.
 
+Locally (`notebook_launch`) or on a Ray cluster (`notebook_launch(..., ray=ADDRESS)`,
+or `ray_launch`); a function's return value on the task that ends the job
+(the chief, else worker 0) comes back to the cell.
+"""
+
+import base64
 import inspect
 import os
+import pickle
+import re
 import sys
 import textwrap
-from typing import Optional, Sequence, TextIO
+from typing import Any, Optional, Sequence, TextIO
 
 from tfdist.launch import launcher
 from tfdist.launch import local
 
+# The line a function's task prints its pickled return value on; kept from the cell.
+_RESULT = "TFDIST_RESULT"
+_RESULT_LINE = re.compile(r"^\[(chief:0|worker:0)\] " + _RESULT + r" (\S+)$")
+_RETURN = """
+import base64 as _b64, json as _json, os as _os, pickle as _pickle
+_result = {name}()
+_config = _json.loads(_os.environ.get("TF_CONFIG", "{{}}"))
+_task, _jobs = _config.get("task", {{}}), _config.get("cluster", {{}})
+if (_task.get("type"), _task.get("index")) == (("chief", 0) if "chief" in _jobs else ("worker", 0)):
+  print("{marker} " + _b64.b64encode(_pickle.dumps(_result)).decode(), flush=True)
+"""
+
+
+class _KeepResult:
+  """The cell's output, less the result line, which it keeps."""
+
+  def __init__(self, output: TextIO):
+    self.output, self.result, self._partial = output, None, ""
+
+  def write(self, text: str) -> int:
+    self._partial += text
+    *lines, self._partial = self._partial.split("\n")
+    for line in lines:
+      match = _RESULT_LINE.match(line)
+      if match:
+        self.result = pickle.loads(base64.b64decode(match.group(2)))
+      else:
+        self.output.write(line + "\n")
+    return len(text)
+
+  def flush(self) -> None:
+    self.output.flush()
+
 
 def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief: bool = False,
                     args: Sequence[str] = (), timeout: Optional[float] = None,
-                    output: Optional[TextIO] = None) -> None:
-  """Runs a function or script as every task of a local cluster, from a notebook cell.
+                    output: Optional[TextIO] = None, ray: Optional[str] = None) -> Any:
+  """Runs a function or script as every task of a cluster, from a notebook cell.
 
   Each task's lines appear in the cell as they come, prefixed `[worker:1]`. The
   cell blocks until the cluster is done; interrupting the kernel stops every
   task. A function runs in fresh processes from its source, so it must be
   self-contained: do its imports inside it (TensorFlow cannot be forked safely).
+  What it returns on the task that ends the job (the chief, else worker 0)
+  comes back, pickled, as this call's value.
 
   Example:
 
@@ -37,6 +80,12 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
     args: command-line arguments for a script.
     timeout: seconds before the cluster is stopped.
     output: where lines go (default: the cell, i.e. sys.stdout).
+    ray: run the tasks on this Ray cluster ("host:port", "auto", "local" to
+      start one here, or "" for `RAY_ADDRESS`) instead of this machine; see
+      `tfdist.launch.ray`.
+
+  Returns:
+    A function's return value on the chief (else worker 0); None for a script.
 
   Raises:
     TypeError: neither a function nor a path.
@@ -49,14 +98,34 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
     except (OSError, TypeError) as e:
       raise TypeError(f"Cannot read the source of {name!r}; define it in a cell or a file. "
                       f"Received: {function_or_script!r}") from e
-    command = [sys.executable, "-c", f"{source}\n{name}()\n"]
+    command = [sys.executable, "-c", source + _RETURN.format(name=name, marker=_RESULT)]
   elif isinstance(function_or_script, (str, os.PathLike)):
     command = [sys.executable, os.fspath(function_or_script), *args]
   else:
     raise TypeError("notebook_launch takes a function or a script path. "
                     f"Received: {type(function_or_script).__name__}")
   job = launcher.Job(workers=workers, ps=ps, chief=chief)
-  code = local.LocalLauncher(timeout=timeout, output=output or sys.stdout).launch(command, job)
+  kept = _KeepResult(output or sys.stdout)
+  if ray is None:
+    chosen = local.LocalLauncher(timeout=timeout, output=kept)
+  else:
+    from tfdist.launch import ray as ray_lib  # pylint: disable=import-outside-toplevel
+    chosen = ray_lib.RayLauncher(address=ray or None, timeout=timeout, output=kept)
+  code = chosen.launch(command, job)
   if code != 0:
     raise local.LaunchError(f"The cluster {job} ended with exit code {code}; see the lines "
                             f"above. Received: exit code {code}")
+  return kept.result
+
+
+def ray_launch(function_or_script, *, address: Optional[str] = None, **kwargs) -> Any:
+  """`notebook_launch` on a Ray cluster: every task on its nodes (see `tfdist.launch.ray`).
+
+  `address` as `tfdist launch --ray` takes it: "host:port", "auto", "local",
+  or None for `RAY_ADDRESS`. The other arguments are `notebook_launch`'s.
+
+  Example:
+
+      >>> result = tfdist.launch.ray_launch(train, workers=2, ps=1, address="10.0.0.5:6379")
+  """
+  return notebook_launch(function_or_script, ray=address or "", **kwargs)

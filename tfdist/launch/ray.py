@@ -56,6 +56,8 @@ BUNDLES_ENV = "TFDIST_RAY_BUNDLES"
 PLACEMENTS = ("PACK", "SPREAD")
 # A task whose actor was lost (its node gone): a failure, restarted as any other.
 LOST_EXIT_CODE = 1
+# A command that could not start on its node, as a shell says it.
+NOT_STARTED_EXIT_CODE = 127
 # Seconds to wait for the cluster to have room for every task.
 RESERVE_SECONDS = 60.0
 # Variables of the launcher's environment a task gets on its node; the rest of
@@ -283,7 +285,14 @@ def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
   group = get_placement_group(environ[PLACEMENT_GROUP_ENV])
   actor = ray.remote(TaskProcess).options(**_bundle_options(ray, group, index, resources),
                                           max_restarts=0).remote()
-  where = ray.get(actor.start.remote(list(command), forwarded(environ), cwd))
+  try:
+    where = ray.get(actor.start.remote(list(command), forwarded(environ), cwd))
+  except ray.exceptions.RayTaskError as e:  # E.g. the program is not on that node.
+    output.write(f"tfdist: could not start {task} on its Ray node: "
+                 f"{str(e.cause if hasattr(e, 'cause') else e).splitlines()[-1]}. Check that "
+                 f"the command exists there. Received: command={list(command)!r}\n")
+    output.flush()
+    return NOT_STARTED_EXIT_CODE
   output.write(f"tfdist: {task} runs on {where}\n")
   output.flush()
   received: List[int] = []
@@ -354,7 +363,7 @@ class RayLauncher(launcher_lib.Launcher):
              ADDRESS_ENV: ray.get_runtime_context().gcs_address}
       cluster = _Cluster(command, spec, env, output, self.grace_period)
       cluster.prefix = [sys.executable, "-m", "tfdist.cli.ray_task", "--"]
-      cluster.moves = lambda: cluster_spec(tasks, task_addresses(ray, group, tasks, bundles))
+      cluster.addresses = lambda: cluster_spec(tasks, task_addresses(ray, group, tasks, bundles))
       return cluster.run(self.timeout, self.max_restarts)
     finally:
       ray.shutdown()  # The placement group, and any actor left in it, go with it.
@@ -367,9 +376,9 @@ class _Cluster(supervision.Cluster):
   its bundle), and its old port may be taken: every task gets a new address.
   """
 
-  moves = None
+  addresses = None  # () -> the ClusterSpec at the tasks' addresses now.
 
   def prepare_attempt(self) -> None:
-    if self.attempt and self.moves is not None:
-      self.spec = self.moves()
+    if self.attempt and self.addresses is not None:
+      self.spec = self.addresses()
       self.report(f"{self.spec} for the restart")
