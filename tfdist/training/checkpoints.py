@@ -224,10 +224,10 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
   reads past the batches already trained on, so the job ends with the weights
   an uninterrupted one would have. A pipeline that cannot be replayed (see
   `tfdist.data.replay`) is named in a warning when `fit` starts. Under
-  ParameterServerStrategy Keras keeps no
-  batch counters: the chief checks after every scheduled step, backs up the
-  variables as they are, and a restarted job runs the interrupted epoch again
-  from its start, with those variables.
+  ParameterServerStrategy Keras keeps no batch counters: the chief checks
+  after every scheduled step, backs up the variables as they are, and a
+  restarted job runs the interrupted epoch again from its start, with those
+  variables.
 
   The handler is active only while `fit` runs: on SIGTERM outside `fit` (which
   ended, even by an exception that skipped `on_train_end`), the previous
