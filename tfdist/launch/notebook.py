@@ -17,17 +17,10 @@ from typing import Any, Optional, Sequence, TextIO
 from tfdist.launch import launcher
 from tfdist.launch import local
 
-# The line a function's task prints its pickled return value on; kept from the cell.
-_RESULT = "TFDIST_RESULT"
-_RESULT_LINE = re.compile(r"^\[(chief:0|worker:0)\] " + _RESULT + r" (\S+)$")
-_RETURN = """
-import base64 as _b64, json as _json, os as _os, pickle as _pickle
-_result = {name}()
-_config = _json.loads(_os.environ.get("TF_CONFIG", "{{}}"))
-_task, _jobs = _config.get("task", {{}}), _config.get("cluster", {{}})
-if (_task.get("type"), _task.get("index")) == (("chief", 0) if "chief" in _jobs else ("worker", 0)):
-  print("{marker} " + _b64.b64encode(_pickle.dumps(_result)).decode(), flush=True)
-"""
+# The line a function's task prints its pickled return value on
+# (`tfdist.cli.notebook_task`); kept from the cell.
+RESULT_MARKER = "TFDIST_RESULT"
+_RESULT_LINE = re.compile(r"^\[(chief:0|worker:0)\] " + RESULT_MARKER + r" (\S+)$")
 
 
 class _KeepResult:
@@ -98,7 +91,7 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
     except (OSError, TypeError) as e:
       raise TypeError(f"Cannot read the source of {name!r}; define it in a cell or a file. "
                       f"Received: {function_or_script!r}") from e
-    command = [sys.executable, "-c", source + _RETURN.format(name=name, marker=_RESULT)]
+    command = [sys.executable, "-m", "tfdist.cli.notebook_task", name, source]
   elif isinstance(function_or_script, (str, os.PathLike)):
     command = [sys.executable, os.fspath(function_or_script), *args]
   else:
