@@ -32,16 +32,6 @@ _IN_NAMESPACE = "TFDIST_BENCH_IN_NAMESPACE"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _loopback_up() -> None:
-  import fcntl
-  import socket
-  import struct
-  with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-    flags_ = struct.unpack("16sH14s", fcntl.ioctl(s, 0x8913, struct.pack("16sH14s", b"lo", 0,
-                                                                          b"")))[1]
-    fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", flags_ | 1, b""))
-
-
 def _tfdist(address: str) -> dict:
   start = time.time()
   result = subprocess.run(
@@ -91,7 +81,8 @@ def main(argv):
   if os.environ.get(_IN_NAMESPACE) != "1":
     os.execvpe("unshare", ["unshare", "--user", "--map-root-user", "--net", "--",
                            sys.executable, *sys.argv], {**os.environ, _IN_NAMESPACE: "1"})
-  _loopback_up()
+  from tfdist.launch import private_network
+  private_network.loopback_up()
   import ray
   from ray import cluster_utils
   cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={

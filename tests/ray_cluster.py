@@ -90,20 +90,10 @@ class RayCluster:
     self.process = None
 
 
-def _loopback_up() -> None:
-  """`ip link set lo up`, without iproute2 (SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP)."""
-  import fcntl  # pylint: disable=import-outside-toplevel
-  import socket  # pylint: disable=import-outside-toplevel
-  import struct  # pylint: disable=import-outside-toplevel
-  with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-    request = struct.pack("16sH14s", b"lo", 0, b"")
-    flags = struct.unpack("16sH14s", fcntl.ioctl(s, 0x8913, request))[1]
-    fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", flags | 1, b""))
-
-
 def _hold() -> None:
   """Inside the namespace: a head and one more node until stdin closes."""
-  _loopback_up()
+  from tfdist.launch import private_network  # pylint: disable=import-outside-toplevel
+  private_network.loopback_up()
   from ray import cluster_utils  # pylint: disable=import-outside-toplevel
   # A lost node is noticed within about 2 s (Ray's defaults: 15 s, for real networks).
   cluster = cluster_utils.Cluster(

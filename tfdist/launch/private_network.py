@@ -28,13 +28,26 @@ from tfdist import cluster as cluster_lib
 # The holder: in the new namespace `lo` starts down; bring it up (SIOCGIFFLAGS,
 # SIOCSIFFLAGS with IFF_UP), say so, then live until the launcher closes stdin.
 _HOLDER = """
-import fcntl, socket, struct, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-flags = struct.unpack("16sH14s", fcntl.ioctl(s, 0x8913, struct.pack("16sH14s", b"lo", 0, b"")))[1]
-fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", flags | 1, b""))
+import sys
+from tfdist.launch.private_network import loopback_up
+loopback_up()
 print("ready", flush=True)
 sys.stdin.read()
 """
+
+
+def loopback_up() -> None:
+  """`ip link set lo up` in this process's network namespace, without iproute2.
+
+  SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP; a new namespace's `lo` is down.
+  """
+  import fcntl  # pylint: disable=import-outside-toplevel  Linux-only.
+  import socket  # pylint: disable=import-outside-toplevel
+  import struct  # pylint: disable=import-outside-toplevel
+  with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    request = struct.pack("16sH14s", b"lo", 0, b"")
+    flags = struct.unpack("16sH14s", fcntl.ioctl(s, 0x8913, request))[1]
+    fcntl.ioctl(s, 0x8914, struct.pack("16sH14s", b"lo", flags | 1, b""))
 _START_SECONDS = 10
 # Where a command launches a cluster itself (tfdist train, bench, scale), the
 # network a user chose: explicit argument, else this variable, else "auto".
