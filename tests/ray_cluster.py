@@ -21,6 +21,8 @@ from typing import Mapping, Optional, Sequence
 import helpers
 
 CPUS_PER_NODE = 2
+# A custom resource each node has one of, as a cluster labels its machines.
+NODE_RESOURCES = {"trainer_slot": 1}
 
 
 class RayCluster:
@@ -98,11 +100,13 @@ def _hold() -> None:
   # A lost node is noticed within about 2 s (Ray's defaults: 15 s, for real networks).
   cluster = cluster_utils.Cluster(
       initialize_head=True, head_node_args={
-          "num_cpus": CPUS_PER_NODE, "node_ip_address": "127.0.0.1",
-          "include_dashboard": False,
+          "num_cpus": CPUS_PER_NODE, "resources": NODE_RESOURCES,
+          "node_ip_address": "127.0.0.1", "include_dashboard": False,
           "_system_config": {"health_check_period_ms": 500,
                              "health_check_failure_threshold": 3}})
-  nodes = [cluster.add_node(num_cpus=CPUS_PER_NODE, node_ip_address="127.0.0.1")]
+  add = lambda: cluster.add_node(num_cpus=CPUS_PER_NODE, resources=NODE_RESOURCES,
+                                 node_ip_address="127.0.0.1")
+  nodes = [add()]
   cluster.wait_for_nodes()
   print(f"RAY_ADDRESS {cluster.address}", flush=True)
   for line in sys.stdin:
@@ -110,7 +114,7 @@ def _hold() -> None:
       cluster.remove_node(nodes.pop(), allow_graceful=False)
       print("REMOVED", flush=True)
     elif line.strip() == "add":
-      nodes.append(cluster.add_node(num_cpus=CPUS_PER_NODE, node_ip_address="127.0.0.1"))
+      nodes.append(add())
       cluster.wait_for_nodes()
       print("ADDED", flush=True)
   cluster.shutdown()

@@ -16,6 +16,7 @@ import time
 import pytest
 
 import helpers
+from tfdist import launch
 
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'tfdist[ray]'")
 import ray_cluster  # pylint: disable=wrong-import-position
@@ -115,32 +116,89 @@ def test_sigterm_to_the_launcher_reaches_every_task_which_backs_up_in_its_grace_
 
 
 @pytest.mark.slow
-def test_a_lost_node_restarts_the_job_on_the_nodes_left_from_its_backup(cluster, tmp_path):
-  lines = []
+def test_a_lost_node_leaves_min_workers_to_go_on_from_the_backup_and_the_job_grows_back(
+    cluster, tmp_path):
+  """Each worker takes a node's one trainer_slot: a lost node leaves room for one worker.
+
+  The job goes on with one (--min_workers=1) from its backup; when a node is
+  added again, every task backs up on SIGTERM and the job ends on two.
+  """
+  lines, removed, shrunk, added = [], False, False, False
   with helpers.spawned(cluster.command(helpers.tfdist_cli(
-      "launch", "--ray", "--workers=2", "--max_restarts=1", "--timeout=240", "--",
-      *helpers.python(SCRIPT, "tf_keras", "multi_worker_mirrored", f"backup={tmp_path}"))),
+      "launch", "--ray", "--workers=2", "--max_restarts=1", "--min_workers=1",
+      "--rescale_timeout=5", "--ray_resources=worker:trainer_slot=1,memory=64Mi",
+      "--timeout=240", "--", *helpers.python(SCRIPT, "tf_keras", "multi_worker_mirrored",
+                                             f"backup={tmp_path}", "epochs=16"))),
                        env={"RAY_ADDRESS": cluster.address}) as process:
     try:
       for line in process.stdout:
         lines.append(line)
-        if line.startswith("[worker:0] EPOCH 2"):
+        if not removed and line.startswith("[worker:0] EPOCH 2"):
           cluster.remove_node()  # One worker's node: its actor, and its task, are gone.
+          removed = True
+        elif shrunk and line.startswith("[worker:0] EPOCH"):
+          cluster.add_node()  # The shrunk job trains: capacity comes back.
+          added = True
           break
+        shrunk = shrunk or "going on with 1" in line
       lines += process.communicate(timeout=240)[0].splitlines(keepends=True)
     finally:
-      cluster.add_node()  # As it was, for the tests after this one.
+      if not added:
+        cluster.add_node()  # As it was, for the tests after this one.
   stdout = "".join(lines)
   assert process.returncode == 0, stdout[-3000:]
   assert re.search(r"tfdist: worker:\d was lost with its Ray actor", stdout), stdout[-3000:]
   assert "restarting every task (0 restarts left)" in stdout
-  # Both tasks now on the node that is left, at new addresses, from the backup.
-  restarted = stdout[stdout.index("for the restart"):]
-  assert len(set(re.findall(RUNS_ON, restarted, re.M))) == 2
-  assert len({node for _, node in re.findall(RUNS_ON, restarted, re.M)}) == 1
-  assert len(re.findall(r"BackupAndRestore: resuming after epoch \d", restarted)) == 2
-  results = _results(stdout)
+  shrunk = stdout[stdout.index("for the restart"):]
+  assert ": only 1 of the 2 workers found room within 5s; going on with 1 (--min_workers=1) " \
+      "from the backup, and back to 2 when the cluster has room" in shrunk, shrunk[:2000]
+  grown = shrunk[shrunk.index("the Ray cluster has room for all 2 workers again (running on 1)"):]
+  shrunk = shrunk[:len(shrunk) - len(grown)]
+  # On one worker: its TF_CONFIG names one, and it resumed from the two workers' backup.
+  assert sorted(dict(re.findall(RUNS_ON, shrunk, re.M))) == ["worker:0"], shrunk[-3000:]
+  assert re.search(r"^\[worker:0\] BackupAndRestore: resuming after epoch \d", shrunk, re.M)
+  # Grown back: the one worker backed up on SIGTERM, two resumed from it on two nodes.
+  assert re.search(r"^\[worker:0\] BackupAndRestore: SIGTERM: backed up epoch", grown, re.M), \
+      grown[:3000]
+  assert len({node for _, node in re.findall(RUNS_ON, grown, re.M)}) == 2, grown[:3000]
+  assert len(re.findall(r"BackupAndRestore: resuming after epoch \d", grown)) == 2
+  results = _results(grown)
+  assert [results[w]["workers"] for w in ("worker:0", "worker:1")] == [2, 2]
   assert results["worker:0"]["weights"] == results["worker:1"]["weights"]
+  assert "restarts left" not in grown  # Growing back is no failure.
+
+
+@pytest.mark.parametrize("options, job, match", [
+    (dict(min_workers=1, max_restarts=1), launch.Job(workers=2, ps=1),
+     r"--min_workers is for collective jobs.*Received: min_workers=1, ps=1$"),
+    (dict(min_workers=3, max_restarts=1), launch.Job(workers=2),
+     r"--min_workers must be at most --workers. Received: min_workers=3, workers=2$"),
+    (dict(min_workers=1), launch.Job(workers=2),
+     r"give --max_restarts >= 1 too. Received: min_workers=1, max_restarts=0$"),
+])
+def test_min_workers_is_refused_where_it_cannot_work(options, job, match):
+  with pytest.raises(ValueError, match=match):
+    launch.make_launcher("ray", address="127.0.0.1:1", **options).launch(["true"], job)
+
+
+def test_min_workers_without_ray_is_a_one_line_error():
+  result = helpers.run(helpers.tfdist_cli("launch", "--min_workers=1", "--", "true"),
+                       timeout=120)
+  assert result.returncode == 2, result.stdout
+  assert result.stdout.strip().splitlines()[-1] == (
+      "tfdist launch: --min_workers needs --ray: only a Ray cluster can place the workers "
+      "elsewhere and grow the job back. Received: --min_workers=1 without --ray")
+
+
+def test_resources_per_task_type_parse_with_suffixes_and_bad_ones_name_the_form():
+  assert launch.ray.parse_resources(["worker:GPU=2,memory=8Gi", "ps:CPU=4", "worker:tpu=0.5",
+                                     "chief:memory=1.5G"]) == {
+      "worker": {"GPU": 2.0, "memory": 8 * 2.0**30, "tpu": 0.5}, "ps": {"CPU": 4.0},
+      "chief": {"memory": 1.5e9}}
+  for bad in ("gpu:GPU=1", "worker:GPU", "worker:GPU=-1", "worker:", "worker:GPU=two"):
+    with pytest.raises(ValueError, match=r"must be TYPE:NAME=AMOUNT.*Received: " + re.escape(
+        repr(bad)) + "$"):
+      launch.ray.parse_resources([bad])
 
 
 @pytest.mark.slow

@@ -1,13 +1,13 @@
 """Fits a tiny model under the strategy TF_CONFIG calls for; prints RESULT (run per task).
 
 Usage: python ray_fit.py {tf_keras,keras3} {multi_worker_mirrored,parameter_server}
-           [sleep=SECONDS] [backup=DIR] [marker text]
+           [sleep=SECONDS] [backup=DIR] [epochs=N] [marker text]
 
 Under parameter servers only the chief gets past make_strategy (workers and ps
 serve). With sleep=, the task prints READY and sleeps that long first (for a
 test that kills the launcher). With backup=, it backs up into DIR and trains
-slowly (0.1 s a step, 4 epochs of 8 steps), printing EPOCH n as each begins,
-so that a test can take a node away mid-training.
+slowly (0.1 s a step, 4 epochs of 8 steps, or epochs=), printing EPOCH n as
+each begins, so that a test can take a node away mid-training.
 """
 
 import json
@@ -53,7 +53,8 @@ elif "backup" in options:
     def on_train_batch_end(self, batch, logs=None):
       time.sleep(0.1)
 
-  history = model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), epochs=4, verbose=0,
+  history = model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(32),
+                      epochs=int(options.get("epochs", 4)), verbose=0,
                       callbacks=[checkpoints.backup_and_restore(options["backup"], model=model),
                                  Slowly()])
 else:

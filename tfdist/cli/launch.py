@@ -7,8 +7,11 @@ With --slurm, submits the same job to SLURM instead (one SLURM task per TF
 task, see launch/slurm/tfdist.sbatch), streams its output and exits with
 the job's exit code.
 
-With --kubernetes=tfjob|indexed, prints the manifests for `kubectl apply -f -`
-(a Kubeflow TFJob, or Indexed Jobs plus a headless Service) and starts nothing.
+With --ray[=ADDRESS], runs every task on a Ray cluster (see tfdist.launch.ray).
+
+With --kubernetes=jobset|trainjob|tfjob|indexed, prints the manifests for
+`kubectl apply -f -` (a JobSet; Kubeflow Trainer v2's runtime and TrainJob; a
+Kubeflow TFJob; or Indexed Jobs plus a headless Service) and starts nothing.
 """
 
 import sys
@@ -61,6 +64,18 @@ _RAY = flags.DEFINE_string(
 _RAY_CPUS = flags.DEFINE_float("ray_cpus_per_task", 1.0, "--ray: CPUs each task reserves "
                                "(workers and the chief also get a GPU where the cluster has "
                                "them).", lower_bound=0.001)
+_RAY_RESOURCES = flags.DEFINE_multi_string(
+    "ray_resources", [], "--ray: resources of one task type's bundles, replacing or adding to "
+    "the defaults: TYPE:NAME=AMOUNT[,...], e.g. --ray_resources=worker:GPU=2,memory=8Gi or "
+    "--ray_resources=ps:CPU=4,ps_node=1 (a custom resource). Repeatable.")
+_MIN_WORKERS = flags.DEFINE_integer(
+    "min_workers", None, "--ray, collective jobs: when a failure leaves room for fewer than "
+    "--workers within --rescale_timeout, go on with as many as there is room for (at least "
+    "this many) from the backup, and grow back when the cluster has room. Needs "
+    "--max_restarts.", lower_bound=1)
+_RESCALE_TIMEOUT = flags.DEFINE_float(
+    "rescale_timeout", 60.0, "--min_workers: seconds to wait for every worker before going on "
+    "with fewer.", lower_bound=0)
 _RAY_PLACEMENT = flags.DEFINE_enum("ray_placement", "SPREAD", ["SPREAD", "PACK"],
                                    "--ray: spread the tasks over nodes, or pack them onto few.")
 _SLURM = flags.DEFINE_bool("slurm", False, "Submit to SLURM with sbatch instead of running "
@@ -129,11 +144,19 @@ def _launcher() -> launch_lib.Launcher:
     return launch_lib.make_launcher(
         "ray", address=_RAY.value or None, timeout=_TIMEOUT.value,
         max_restarts=_MAX_RESTARTS.value, grace_period=_GRACE_PERIOD.value,
-        keras=_KERAS.value, cpus_per_task=_RAY_CPUS.value, placement=_RAY_PLACEMENT.value)
+        keras=_KERAS.value, cpus_per_task=_RAY_CPUS.value,
+        resources=ray_launch.parse_resources(_RAY_RESOURCES.value),
+        placement=_RAY_PLACEMENT.value, min_workers=_MIN_WORKERS.value,
+        rescale_timeout=_RESCALE_TIMEOUT.value)
+  if _MIN_WORKERS.value is not None:
+    raise ValueError("--min_workers needs --ray: only a Ray cluster can place the workers "
+                     "elsewhere and grow the job back. Received: --min_workers="
+                     f"{_MIN_WORKERS.value} without --ray")
   if _KUBERNETES.value:
     return launch_lib.make_launcher("kubernetes", kind=_KUBERNETES.value, image=_IMAGE.value,
                                     name=_NAME.value, namespace=_NAMESPACE.value,
-                                    keras=_KERAS.value, data_work_dir=_DATA_WORK_DIR.value)
+                                    keras=_KERAS.value, data_work_dir=_DATA_WORK_DIR.value,
+                                    max_restarts=_MAX_RESTARTS.value)
   return launch_lib.make_launcher("local", timeout=_TIMEOUT.value,
                                   max_restarts=_MAX_RESTARTS.value, network=_NETWORK.value,
                                   grace_period=_GRACE_PERIOD.value, keras=_KERAS.value,

@@ -34,14 +34,18 @@ import socket
 import subprocess
 import sys
 import threading
-import uuid
+import time
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from tfdist import cluster as cluster_lib
+from tfdist.cluster import elastic
 from tfdist.launch import launcher as launcher_lib
 from tfdist.launch import local
+from tfdist.launch import ray_placement
 from tfdist.launch import supervision
 from tfdist.launch import task_keras
+# Public here, where users of the launcher look; defined beside the placement.
+from tfdist.launch.ray_placement import RayUnavailable, parse_resources
 
 logger = logging.getLogger("tfdist")
 
@@ -58,16 +62,12 @@ PLACEMENTS = ("PACK", "SPREAD")
 LOST_EXIT_CODE = 1
 # A command that could not start on its node, as a shell says it.
 NOT_STARTED_EXIT_CODE = 127
-# Seconds to wait for the cluster to have room for every task.
-RESERVE_SECONDS = 60.0
+# Seconds between two looks at whether a shrunk job's workers have room again.
+GROW_CHECK_SECONDS = 2.0
 # Variables of the launcher's environment a task gets on its node; the rest of
 # its environment is the node's own (PATH, CUDA_VISIBLE_DEVICES that Ray sets).
 FORWARDED_PREFIXES = ("TF_", "TFDIST_", "KERAS_")
 FORWARDED = ("PYTHONPATH", "PYTHONUNBUFFERED")
-
-
-class RayUnavailable(RuntimeError):
-  """Ray is not installed, or no Ray cluster was named or could be reached."""
 
 
 def import_ray():
@@ -122,95 +122,6 @@ def connect(address: str):
         "its first node), or pass its head's host:port as --ray=ADDRESS (or in "
         f"{ADDRESS_ENV}). Received: {type(e).__name__}: {str(e).splitlines()[0]}") from e
   return ray
-
-
-def task_resources(ray, task: cluster_lib.TaskSpec, cpus: float) -> Dict[str, float]:
-  """One task's bundle: `cpus` CPUs, and one GPU for a computing task if the cluster has GPUs."""
-  resources = {"CPU": float(cpus)}
-  computes = task.type in (cluster_lib.CHIEF, cluster_lib.WORKER)
-  if computes and ray.cluster_resources().get("GPU", 0) >= 1:
-    resources["GPU"] = 1.0
-  return resources
-
-
-def _bundle_options(ray, placement_group, bundle: int, resources: Mapping[str, float]) -> dict:
-  from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-  del ray
-  return dict(num_cpus=resources.get("CPU", 0), num_gpus=resources.get("GPU", 0),
-              scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group, bundle))
-
-
-def _free_address() -> Tuple[str, int]:
-  """(this node's Ray address, a port free on it now)."""
-  import ray  # pylint: disable=import-outside-toplevel  Runs on a Ray node.
-  host = ray.util.get_node_ip_address()
-  with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-    s.bind((host, 0))
-    return host, s.getsockname()[1]
-
-
-def reserve(ray, tasks: Sequence[cluster_lib.TaskSpec], cpus: float, placement: str,
-            timeout: float = RESERVE_SECONDS):
-  """(the name of a placement group with a bundle per task, the bundles, each task's "host:port").
-
-  The evaluator's address is None: it serves nothing.
-
-  Raises:
-    RayUnavailable: the cluster has no room for the bundles within `timeout`.
-  """
-  from ray.util.placement_group import placement_group, remove_placement_group
-  bundles = [task_resources(ray, task, cpus) for task in tasks]
-  name = f"tfdist-{uuid.uuid4().hex[:12]}"
-  group = placement_group(bundles, strategy=placement, name=name)
-  ready, _ = ray.wait([group.ready()], timeout=timeout)
-  if not ready:
-    remove_placement_group(group)
-    raise RayUnavailable(
-        f"The Ray cluster has no room for {len(bundles)} tasks ({bundles}, {placement}) "
-        f"after {timeout:g}s; it has {ray.available_resources()}. Give it more nodes, or "
-        f"fewer CPUs per task (--ray_cpus_per_task). Received: tasks={[str(t) for t in tasks]}")
-  return name, bundles, task_addresses(ray, name, tasks, bundles, timeout)
-
-
-def task_addresses(ray, group_name: str, tasks: Sequence[cluster_lib.TaskSpec],
-              bundles: Sequence[Mapping[str, float]],
-              timeout: float = RESERVE_SECONDS) -> List[Optional[str]]:
-  """Each task's "host:port" now: its bundle's node, and a port free there (None: evaluator).
-
-  Ray moves the bundles of a lost node to others as room allows; this waits
-  for that, up to `timeout`.
-
-  Raises:
-    RayUnavailable: a bundle found no node within `timeout`.
-  """
-  from ray.util.placement_group import get_placement_group
-  group = get_placement_group(group_name)
-  probe = ray.remote(_free_address)
-  pending = [probe.options(**_bundle_options(ray, group, i, bundles[i])).remote()
-             for i in range(len(tasks))]
-  ready, _ = ray.wait(pending, num_returns=len(pending), timeout=timeout)
-  if len(ready) < len(pending):
-    raise RayUnavailable(
-        f"The Ray cluster found no node for {len(pending) - len(ready)} of the job's "
-        f"{len(tasks)} tasks within {timeout:g}s (a node was lost and no other has room); "
-        f"it has {ray.available_resources()}. Received: bundles={list(bundles)}")
-  return [None if task.type == cluster_lib.EVALUATOR else f"{_host(host)}:{port}"
-          for task, (host, port) in zip(tasks, ray.get(pending))]
-
-
-def _host(host: str) -> str:
-  return f"[{host}]" if ":" in host else host
-
-
-def cluster_spec(tasks: Sequence[cluster_lib.TaskSpec],
-                 addresses: Sequence[Optional[str]]) -> cluster_lib.ClusterSpec:
-  """The `ClusterSpec` of `tasks` at `addresses` (in the same order)."""
-  jobs: Dict[str, List[str]] = {}
-  for task, address in zip(tasks, addresses):
-    if address is not None:
-      jobs.setdefault(task.type, []).append(address)
-  return cluster_lib.ClusterSpec(
-      jobs, has_evaluator=any(t.type == cluster_lib.EVALUATOR for t in tasks))
 
 
 def forwarded(environ: Mapping[str, str]) -> Dict[str, str]:
@@ -283,8 +194,8 @@ def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
   bundles = json.loads(environ[BUNDLES_ENV])
   index, resources = bundles[str(task)]
   group = get_placement_group(environ[PLACEMENT_GROUP_ENV])
-  actor = ray.remote(TaskProcess).options(**_bundle_options(ray, group, index, resources),
-                                          max_restarts=0).remote()
+  actor = ray.remote(TaskProcess).options(
+      **ray_placement.bundle_options(group, index, resources), max_restarts=0).remote()
   try:
     where = ray.get(actor.start.remote(list(command), forwarded(environ), cwd))
   except ray.exceptions.RayTaskError as e:  # E.g. the program is not on that node.
@@ -318,7 +229,24 @@ def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
 
 
 class RayLauncher(launcher_lib.Launcher):
-  """Every task as a process on a node of a Ray cluster, supervised from here."""
+  """Every task as a process on a node of a Ray cluster, supervised from here.
+
+  Args (keyword-only):
+    address: the Ray cluster ("host:port", "auto" or "local"); None: `RAY_ADDRESS`.
+    timeout, max_restarts, grace_period, keras: as `tfdist.launch.launch_local`.
+    env: the tasks' base environment (default this process's); `output`: where lines go.
+    cpus_per_task: CPUs each task's bundle holds.
+    resources: task type -> resources replacing or adding to the defaults
+      (`parse_resources`), e.g. {"worker": {"GPU": 2, "memory": 8e9}}.
+    placement: "SPREAD" the tasks over nodes, or "PACK" them onto few.
+    min_workers: a collective job whose workers cannot all be placed again
+      within `rescale_timeout` after a failure goes on with at least this
+      many, and grows back when the cluster has room (None: never fewer).
+    rescale_timeout: seconds to wait for every worker before going on with fewer.
+
+  Raises:
+    ValueError: a bad placement, CPU count or min_workers.
+  """
 
   name = "ray"
 
@@ -327,15 +255,39 @@ class RayLauncher(launcher_lib.Launcher):
                output: Optional[TextIO] = None,
                grace_period: float = local.GRACE_PERIOD_SECONDS,
                keras: Optional[str] = None, cpus_per_task: float = 1.0,
-               placement: str = "SPREAD"):
+               resources: Optional[Mapping[str, Mapping[str, float]]] = None,
+               placement: str = "SPREAD", min_workers: Optional[int] = None,
+               rescale_timeout: float = ray_placement.RESCALE_SECONDS):
     if placement not in PLACEMENTS:
       raise ValueError(f"`placement` must be one of {list(PLACEMENTS)}. "
                        f"Received: placement={placement!r}")
     if not cpus_per_task > 0:
       raise ValueError(f"`cpus_per_task` must be > 0. Received: cpus_per_task={cpus_per_task!r}")
+    if min_workers is not None and not (isinstance(min_workers, int) and min_workers >= 1):
+      raise ValueError(f"`min_workers` must be an integer >= 1 (or None: never fewer "
+                       f"workers). Received: min_workers={min_workers!r}")
     self.address, self.timeout, self.max_restarts = address, timeout, max_restarts
     self.env, self.output, self.grace_period = env, output, grace_period
     self.keras, self.cpus_per_task, self.placement = keras, cpus_per_task, placement
+    self.resources = dict(resources or {})
+    self.min_workers, self.rescale_timeout = min_workers, rescale_timeout
+
+  def _check_elastic(self, job: launcher_lib.Job) -> None:
+    if self.min_workers is None:
+      return
+    if job.ps:
+      raise ValueError(
+          "--min_workers is for collective jobs: a parameter-server job already goes on "
+          "without a lost worker (the coordinator reschedules its steps). Drop --min_workers. "
+          f"Received: min_workers={self.min_workers}, ps={job.ps}")
+    if self.min_workers > job.workers:
+      raise ValueError(f"--min_workers must be at most --workers. Received: "
+                       f"min_workers={self.min_workers}, workers={job.workers}")
+    if not self.max_restarts:
+      raise ValueError(
+          "--min_workers resumes a job on fewer workers after a failure, which needs "
+          "restarts: give --max_restarts >= 1 too. Received: "
+          f"min_workers={self.min_workers}, max_restarts=0")
 
   def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:
     output = self.output or sys.stdout
@@ -344,6 +296,7 @@ class RayLauncher(launcher_lib.Launcher):
                        "servers on the cluster yourself and pass service= to "
                        "tfdist.data.service.distribute. Received: data_workers="
                        f"{job.data_workers}")
+    self._check_elastic(job)
     address = resolve_address(self.address, self.env)
     job, note = launcher_lib.with_coordinator(job)
     if note:
@@ -352,33 +305,55 @@ class RayLauncher(launcher_lib.Launcher):
     try:
       tasks = list(cluster_lib.ClusterSpec.local(
           job.workers, ps=job.ps, chief=job.chief, evaluator=job.evaluator).tasks())
-      group, bundles, addresses = reserve(ray, tasks, self.cpus_per_task, self.placement)
-      spec = cluster_spec(tasks, addresses)
-      output.write(f"[tfdist launch] {spec} on Ray at {address}\n")
+      placement = ray_placement.reserve(
+          ray, tasks, self.cpus_per_task, self.placement, resources=self.resources,
+          min_workers=self.min_workers, rescale_timeout=self.rescale_timeout)
+      output.write(f"[tfdist launch] {placement.spec()} on Ray at {address}\n")
       output.flush()
       base = dict(os.environ if self.env is None else self.env)
       env = {**base, **task_keras.variables(self.keras, base),
-             PLACEMENT_GROUP_ENV: group,
-             BUNDLES_ENV: json.dumps({str(t): [i, bundles[i]] for i, t in enumerate(tasks)}),
+             PLACEMENT_GROUP_ENV: placement.group,
              ADDRESS_ENV: ray.get_runtime_context().gcs_address}
-      cluster = _Cluster(command, spec, env, output, self.grace_period)
-      cluster.prefix = [sys.executable, "-m", "tfdist.cli.ray_task", "--"]
-      cluster.addresses = lambda: cluster_spec(tasks, task_addresses(ray, group, tasks, bundles))
-      return cluster.run(self.timeout, self.max_restarts)
+      return _Cluster(command, env, output, self.grace_period, placement).run(
+          self.timeout, self.max_restarts)
     finally:
       ray.shutdown()  # The placement group, and any actor left in it, go with it.
 
 
 class _Cluster(supervision.Cluster):
-  """The local supervision, with the addresses asked for again before a restart.
+  """The local supervision, with the tasks placed again before a restart.
 
   A restarted task may be on another node (its node was lost, and Ray moved
   its bundle), and its old port may be taken: every task gets a new address.
+  With `min_workers`, the job may go on with fewer workers; while it does,
+  the launcher looks every few seconds whether the cluster has room for all
+  again, and then restarts every task (each backs up on SIGTERM first) on all.
   """
 
-  addresses = None  # () -> the ClusterSpec at the tasks' addresses now.
+  def __init__(self, command, env, output, grace_period, placement: ray_placement.Placement):
+    super().__init__(command, placement.spec(), env, output, grace_period)
+    self.placement = placement
+    self.prefix = [sys.executable, "-m", "tfdist.cli.ray_task", "--"]
+    self.next_look = 0.0
 
   def prepare_attempt(self) -> None:
-    if self.attempt and self.addresses is not None:
-      self.spec = self.addresses()
-      self.report(f"{self.spec} for the restart")
+    if self.attempt:
+      shrunk = self.placement.place()
+      self.spec = self.placement.spec()
+      self.report(f"{self.spec} for the restart" + (f": {shrunk}" if shrunk else ""))
+    self.env[BUNDLES_ENV] = json.dumps(self.placement.bundles())
+
+  def task_env(self, task) -> Dict[str, str]:
+    env = super().task_env(task)
+    if self.placement.min_workers is not None:
+      env[elastic.WORKERS_ASKED_ENV] = str(self.placement.workers_asked)
+    return env
+
+  def planned_restart(self) -> Optional[str]:
+    placed, asked = self.placement.workers_placed, self.placement.workers_asked
+    if placed == asked or time.monotonic() < self.next_look:
+      return None
+    self.next_look = time.monotonic() + GROW_CHECK_SECONDS
+    if not self.placement.complete():
+      return None
+    return f"the Ray cluster has room for all {asked} workers again (running on {placed})"

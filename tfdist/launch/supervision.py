@@ -141,6 +141,15 @@ class Cluster:
   def prepare_attempt(self) -> None:
     """Before every task starts (again): here nothing; a launcher may move the cluster."""
 
+  def planned_restart(self) -> Optional[str]:
+    """Polled while the tasks run: why to restart every task now (else None).
+
+    Here never; a launcher that can grow the cluster back says why. The tasks
+    get SIGTERM and their grace period to back up, as in any stop, and the
+    restart does not count against `max_restarts`.
+    """
+    return None
+
   def start_data_service(self) -> List["Supervised"]:
     """The tf.data service's servers, as processes that never have to finish."""
     if self.data_service is None:
@@ -217,6 +226,11 @@ class Cluster:
           return code
       if all(t.process.poll() == 0 for t in self.tasks if t.must_finish):
         return 0
+      reason = self.planned_restart()
+      if reason:
+        self.report(f"{reason}; stopping every task (SIGTERM: each backs up in its "
+                    f"{self.grace_period:g}s grace period) to start them again")
+        return _RESTART
       if deadline is not None and time.monotonic() > deadline:
         running = [str(t.task) for t in self.tasks if t.process.poll() is None]
         self.report(f"timeout after {timeout:g}s; still running: {running}; "

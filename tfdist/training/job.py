@@ -21,6 +21,7 @@ import tf_keras
 
 from tfdist.training import checkpoints
 from tfdist import data
+from tfdist.cluster import elastic
 from tfdist.training import compression
 from tfdist import keras_support
 from tfdist.training import loop as loop_lib
@@ -182,6 +183,14 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
     strategy = strategies.make_strategy(config.strategy, **config.strategy_options)
   keras.utils.set_random_seed(config.seed)
   replicas = strategy.num_replicas_in_sync
+  # On fewer workers than asked (tfdist launch --min_workers): the same
+  # optimisation, with a larger share of the same global batch per replica.
+  replicas_asked = elastic.replicas_asked(replicas)
+  if replicas_asked != replicas:
+    logger.info("tfdist: %d of the %d replicas asked for run now; the global batch stays %d "
+                "(%d per replica), and the learning rate stays scaled for %d replicas",
+                replicas, replicas_asked, config.batch_size, config.batch_size // replicas,
+                replicas_asked)
   (x_train, y_train), (x_test, y_test) = digits.load_digits()
   if config.dataset_fn is None:
     dataset_fn = make_dataset_fn(x_train, y_train, config.batch_size, config.seed)
@@ -205,7 +214,8 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
                        "it. Received: a Keras 3 model")
     compiled_here = getattr(model, "optimizer", None) is None
     if compiled_here:  # Left to us: a classifier on logits.
-      lr = scaling.cosine_learning_rate(keras, config.learning_rate, replicas, config.lr_scaling,
+      lr = scaling.cosine_learning_rate(keras, config.learning_rate, replicas_asked,
+                                       config.lr_scaling,
                                        config.epochs * steps_per_epoch, config.warmup_steps)
       model.compile(optimizer=keras.optimizers.Adam(lr),
                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
