@@ -70,3 +70,23 @@ def test_steps_per_epoch_come_from_the_cardinality_and_only_else_from_one_pass(c
   unknown = lambda context: tf.data.Dataset.range(40).filter(lambda x: x % 2 == 0).batch(8)
   assert job._finite_steps(unknown) == 3
   assert "length is unknown to TensorFlow; reading it once" in capsys.readouterr().out
+
+
+def test_on_fewer_workers_than_asked_the_learning_rate_stays_for_the_replicas_asked(
+    monkeypatch, caplog):
+  # One worker of the two asked for (tfdist launch --min_workers): its one
+  # replica trains as the two would, with the linear scaling for two.
+  monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["localhost:1"]}, '
+                                  '"task": {"type": "worker", "index": 0}}')
+  monkeypatch.setenv("TFDIST_WORKERS_ASKED", "2")
+  shrunk = job.train(job.TrainConfig(strategy="one_device", epochs=1, verbose=0,
+                                     lr_scaling="linear", learning_rate=1e-2))
+  assert "tfdist: 1 of the 2 replicas asked for run now; the global batch stays 64 (64 per " \
+      "replica), and the learning rate stays scaled for 2 replicas" in caplog.text
+  monkeypatch.delenv("TFDIST_WORKERS_ASKED")
+  doubled = job.train(job.TrainConfig(strategy="one_device", epochs=1, verbose=0,
+                                      lr_scaling="none", learning_rate=2e-2))
+  assert shrunk.losses == doubled.losses
+  unscaled = job.train(job.TrainConfig(strategy="one_device", epochs=1, verbose=0,
+                                       lr_scaling="linear", learning_rate=1e-2))
+  assert unscaled.losses != shrunk.losses  # The check can fail: 1 replica, 1x.
