@@ -18,7 +18,8 @@ def _template(jobs=None):
 
 
 def test_environments_are_asked_in_order():
-  assert cluster.available_environments() == ["tf_config", "kubernetes", "slurm"]
+  assert cluster.available_environments() == ["vertex", "tf_config", "trainjob", "jobset",
+                                               "kubernetes", "slurm"]
 
 
 def test_tf_config_wins_over_kubernetes_and_slurm():

@@ -247,3 +247,79 @@ def test_a_data_worker_pod_registers_under_its_stable_dns_name():
       "-m", "tfdist", "data_service", "--port=5050", "--role=worker",
       "--dispatcher_address=digits-data-dispatcher-0.digits-data.default.svc:5050",
       f"--worker_address={socket.gethostname()}.digits-data.default.svc:5050"]
+
+
+# --------------------------------------------------------------- JobSet and Trainer v2
+
+from tfdist.launch import jobset  # pylint: disable=wrong-import-position
+
+
+def _strictly(model, doc):
+  """`doc` parsed by a JobSet or Trainer v2 API model, and written back unchanged.
+
+  The models are pydantic (kubeflow-trainer-api): a wrong type is an error, and
+  a field they do not know is dropped, so a doc that does not come back equal
+  has one.
+  """
+  assert model.from_dict(doc).to_dict() == doc
+
+
+@pytest.mark.parametrize("ps, chief, evaluator", [(0, False, False), (1, True, True)])
+def test_jobset_and_trainjob_are_valid_against_their_api_models_and_kubernetes(
+    ps, chief, evaluator):
+  import kubernetes_validate
+  from kubeflow_trainer_api import models
+  counts = dict(workers=2, ps=ps, chief=chief, evaluator=evaluator, max_restarts=3)
+  jobset_doc, = parse(jobset.jobset("digits", image="img:1", command=COMMAND, **counts))
+  _strictly(models.JobsetV1alpha2JobSet, jobset_doc)
+  runtime, trainjob = parse(jobset.trainjob("digits", image="img:1", command=COMMAND, **counts))
+  _strictly(models.TrainerV1alpha1ClusterTrainingRuntime, runtime)
+  _strictly(models.TrainerV1alpha1TrainJob, trainjob)
+  # Every Job template is a valid batch/v1 Job for Kubernetes itself, strictly.
+  for replicated in (jobset_doc["spec"]["replicatedJobs"] +
+                     runtime["spec"]["template"]["spec"]["replicatedJobs"]):
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "digits"},
+           "spec": replicated["template"]["spec"]}
+    for version in KUBERNETES_VERSIONS:
+      version = kubernetes_validate.latest_version() if version == "latest" else version
+      kubernetes_validate.validate(job, version, strict=True)
+  # The check can fail: a misspelt field, or a wrong type.
+  with pytest.raises(AssertionError):
+    _strictly(models.JobsetV1alpha2JobSet,
+              dict(jobset_doc, spec=dict(jobset_doc["spec"], failurPolicy={})))
+  with pytest.raises(ValueError):
+    models.TrainerV1alpha1TrainJob.from_dict(
+        dict(trainjob, spec=dict(trainjob["spec"], trainer={"numNodes": "4"})))
+
+
+def test_jobset_restarts_the_whole_job_except_for_a_parameter_server_worker():
+  def policies(**counts):
+    doc, = jobset.jobset("digits", image="img:1", command=COMMAND, max_restarts=2, **counts)
+    assert doc["spec"]["failurePolicy"] == {
+        "maxRestarts": 2, "rules": [{"name": "restartFromTheBackup", "action": "RestartJobSet"}]}
+    return {r["name"]: (r["template"]["spec"]["template"]["spec"]["restartPolicy"],
+                        r["template"]["spec"]["backoffLimit"])
+            for r in doc["spec"]["replicatedJobs"]}, doc["spec"]["successPolicy"]
+
+  assert policies(workers=2) == ({"worker": ("Never", 0)}, {"operator": "All"})
+  assert policies(workers=2, ps=1, chief=True, evaluator=True) == (
+      {"chief": ("Never", 0), "worker": ("OnFailure", kubernetes.BACKOFF_LIMIT),
+       "ps": ("Never", 0), "evaluator": ("Never", 0)},
+      {"operator": "All", "targetReplicatedJobs": ["chief", "evaluator"]})
+  runtime, trainjob = jobset.trainjob("digits", image="img:1", command=COMMAND, workers=2,
+                                      ps=1, chief=True, max_restarts=2)
+  assert runtime["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] == 2
+  assert trainjob["spec"]["trainer"]["numNodes"] == 4
+  assert trainjob["spec"]["trainer"]["command"] == ["python", "-m", "tfdist", "task", "--",
+                                                    *COMMAND]
+
+
+@pytest.mark.parametrize("kind, path, args", [
+    ("jobset", "launch/kubernetes/jobset.yaml",
+     ["--workers=2", "--max_restarts=3", "--", "python", "strategies/multi_worker_mirrored.py"]),
+    ("trainjob", "launch/kubernetes/trainjob.yaml",
+     ["--chief", "--workers=2", "--ps=1", "--max_restarts=3", "--", "python",
+      "strategies/parameter_server.py"]),
+])
+def test_jobset_and_trainjob_cli_output_matches_the_committed_examples(kind, path, args):
+  test_cli_output_matches_the_committed_examples(kind, path, args)

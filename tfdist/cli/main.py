@@ -15,6 +15,7 @@ COMMANDS = {
     "train": "Train a Keras model under any strategy (default: a CNN on the embedded digits).",
     "compare": "Train the same model under every strategy and print one table.",
     "launch": "Run a command as every task of a local cluster, each with its TF_CONFIG.",
+    "task": "Run a command as this task of a pod or replica, with TF_CONFIG built from its environment.",
     "doctor": "Check versions, devices, the Keras matrix and the cluster; exit 1 on problems.",
     "explain": "Dry-run distributed input: what each worker and replica receives.",
     "scale": "Predict how a model scales (α-β model), check it here, draw the curve.",

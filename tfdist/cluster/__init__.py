@@ -2,10 +2,13 @@
 
 - `spec`: `ClusterSpec`, `TaskSpec`, addresses and the per-task `TF_CONFIG`;
 - `environment`: the `ClusterEnvironment` contract and its resolution order;
-  `tf_config`, `kubernetes` and `slurm` implement it, in that order;
+  `vertex` (where TF_CONFIG is absent or partial), `tf_config`, `jobset`
+  (TrainJob, then JobSet pods), `kubernetes` (Indexed Jobs) and `slurm`
+  implement it, in that order;
 - `preflight`: every task reachable, or a clear error in bounded time;
 - `data_service`: where a tf.data service beside the cluster listens;
-- `grace`: a task's seconds between SIGTERM and SIGKILL, as the launcher tells it.
+- `grace`: a task's seconds between SIGTERM and SIGKILL, as the launcher tells it;
+- `elastic`: the workers a job asked for, when its launcher runs fewer.
 
 Nothing here imports TensorFlow, so launchers and `tfdist doctor` stay light.
 
@@ -19,13 +22,19 @@ from tfdist.cluster.spec import (CHIEF, CLUSTER_TASK_TYPES, EVALUATOR, LOOPBACK_
                                  TASK_TYPES, TF_CONFIG_KEYS, WORKER, ClusterSpec, TaskSpec,
                                  check_task_count, count_workers, pick_unused_ports, split_address)
 from tfdist.cluster import environment
+from tfdist.cluster import jobset
 from tfdist.cluster import kubernetes
 from tfdist.cluster import slurm
 from tfdist.cluster import tf_config
+from tfdist.cluster import vertex
 from tfdist.cluster.environment import ClusterEnvironment, available_environments, detect
 
-# In this order: TF_CONFIG wins, then a Kubernetes pod, then SLURM.
+# In this order: a complete TF_CONFIG wins (Vertex AI's CLUSTER_SPEC stands in
+# for one that is absent or partial), then a Kubernetes pod, then SLURM.
+environment.register(vertex.VertexEnvironment())
 environment.register(tf_config.TFConfigEnvironment())
+environment.register(jobset.TrainJobEnvironment())
+environment.register(jobset.JobSetEnvironment())
 environment.register(kubernetes.KubernetesEnvironment())
 environment.register(slurm.SLURMEnvironment())
 

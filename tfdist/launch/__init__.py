@@ -7,7 +7,8 @@
 - `notebook`: a function or script as a cluster, from a notebook cell, here or
   on Ray (`notebook_launch`, `ray_launch`), returning the chief's result;
 - `slurm`: sbatch submission from the template in `templates/`;
-- `kubernetes`: TFJob and Indexed Job manifests;
+- `kubernetes`: TFJob and Indexed Job manifests; `jobset`: JobSet and
+  Kubeflow Trainer v2 TrainJob manifests, which restart a whole job;
 - `ray`: every task on a Ray cluster, supervised from here (`--ray`).
 
 Example:
@@ -18,6 +19,7 @@ Example:
 """
 
 # Their own dependencies (PyYAML, sbatch) load only when used.
+from tfdist.launch import jobset
 from tfdist.launch import kubernetes
 from tfdist.launch import launcher
 from tfdist.launch import local

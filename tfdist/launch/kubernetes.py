@@ -1,5 +1,8 @@
 """Kubernetes manifests for a TF cluster: a Kubeflow TFJob, or plain Indexed Jobs.
 
+(JobSets and Kubeflow Trainer v2 TrainJobs, which restart a whole job from its
+backup: `tfdist.launch.jobset`.)
+
 Both come from the same task counts, and `pod_tf_configs` tells what TF_CONFIG
 each pod gets, so that a test (or a curious user) can check them without a cluster.
 
@@ -70,7 +73,8 @@ _TFJOB_TYPES = {cluster_lib.CHIEF: "Chief", cluster_lib.WORKER: "Worker",
                 cluster_lib.PS: "PS"}
 
 
-def _counts(workers: int, ps: int, chief: bool) -> Dict[str, int]:
+def counts(workers: int, ps: int, chief: bool) -> Dict[str, int]:
+  """Task type -> count, for the types the job has; raises ValueError for a bad count."""
   cluster_lib.check_task_count("workers", workers, 1)
   cluster_lib.check_task_count("ps", ps, 0)
   counts = {cluster_lib.CHIEF: int(bool(chief)), cluster_lib.WORKER: workers,
@@ -78,7 +82,8 @@ def _counts(workers: int, ps: int, chief: bool) -> Dict[str, int]:
   return {job: n for job, n in counts.items() if n}
 
 
-def _check(name: str, image: str, command: Sequence[str]) -> None:
+def check(name: str, image: str, command: Sequence[str]) -> None:
+  """Raises ValueError, naming the field, for a name, image or command no manifest can take."""
   if not isinstance(name, str) or not _NAME.match(name):
     raise ValueError(
         "`name` must be a DNS label: lower-case letters, digits and '-', starting with "
@@ -95,7 +100,7 @@ def tfjob_cluster(name: str, *, workers: int, ps: int = 0, chief: bool = False,
                   namespace: str = "default") -> cluster_lib.ClusterSpec:
   """The cluster the TFJob operator puts in TF_CONFIG: one Service per pod."""
   jobs = {job: [f"{name}-{job}-{i}.{namespace}.svc:{PORT}" for i in range(n)]
-          for job, n in _counts(workers, ps, chief).items()}
+          for job, n in counts(workers, ps, chief).items()}
   return cluster_lib.ClusterSpec(jobs)
 
 
@@ -103,7 +108,7 @@ def indexed_cluster(name: str, *, workers: int, ps: int = 0, chief: bool = False
                     namespace: str = "default") -> cluster_lib.ClusterSpec:
   """The cluster of `indexed_jobs`: pod `<name>-<type>-<i>` under the headless Service."""
   jobs = {job: [f"{name}-{job}-{i}.{name}.{namespace}.svc:{PORT}" for i in range(n)]
-          for job, n in _counts(workers, ps, chief).items()}
+          for job, n in counts(workers, ps, chief).items()}
   return cluster_lib.ClusterSpec(jobs)
 
 
@@ -119,13 +124,18 @@ def restart_policy(job: str, ps: int) -> str:
   return "OnFailure"
 
 
-def _container(image: str, command: Sequence[str], keras: Optional[str],
-               env: Sequence[dict] = ()) -> dict:
+def task_env(keras: Optional[str]) -> List[dict]:
+  """What every task's container gets from tfdist: the preflight's deadline, the Keras switch."""
   # Only the Keras switch: the shim on PYTHONPATH is a path of this machine's
   # tfdist, which the image need not have (see task_keras).
   legacy = task_keras.variables(keras, {})[task_keras.LEGACY_KERAS_ENV]
-  env = [{"name": "TFDIST_PREFLIGHT_TIMEOUT", "value": str(PREFLIGHT_TIMEOUT_SECONDS)},
-         {"name": task_keras.LEGACY_KERAS_ENV, "value": legacy}, *env]
+  return [{"name": "TFDIST_PREFLIGHT_TIMEOUT", "value": str(PREFLIGHT_TIMEOUT_SECONDS)},
+          {"name": task_keras.LEGACY_KERAS_ENV, "value": legacy}]
+
+
+def _container(image: str, command: Sequence[str], keras: Optional[str],
+               env: Sequence[dict] = ()) -> dict:
+  env = [*task_env(keras), *env]
   return {"name": "tensorflow", "image": image, "command": list(command),
           "ports": [{"name": "tfjob-port", "containerPort": PORT}], "env": env}
 
@@ -178,7 +188,8 @@ def data_service(name: str, *, image: str, data_workers: int, namespace: str = "
   return docs
 
 
-def _trainer_env(name: str, namespace: str, data_workers: int) -> List[dict]:
+def trainer_env(name: str, namespace: str, data_workers: int) -> List[dict]:
+  """A trainer's variables for the tf.data service of `data_service` (none without data workers)."""
   if not data_workers:
     return []
   service = data_service_spec(name, data_workers=data_workers, namespace=namespace)
@@ -195,10 +206,10 @@ def tfjob(name: str, *, image: str, command: Sequence[str], workers: int, ps: in
   Raises:
     ValueError: a bad name, image, command or count.
   """
-  _check(name, image, command)
+  check(name, image, command)
   specs = {}
-  env = _trainer_env(name, namespace, data_workers)
-  for job, n in _counts(workers, ps, chief).items():
+  env = trainer_env(name, namespace, data_workers)
+  for job, n in counts(workers, ps, chief).items():
     specs[_TFJOB_TYPES[job]] = {
         "replicas": n,
         "restartPolicy": restart_policy(job, ps),
@@ -230,7 +241,7 @@ def indexed_jobs(name: str, *, image: str, command: Sequence[str], workers: int,
   Raises:
     ValueError: a bad name, image, command or count.
   """
-  _check(name, image, command)
+  check(name, image, command)
   spec = indexed_cluster(name, workers=workers, ps=ps, chief=chief, namespace=namespace)
   labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "tfdist"}
   docs = [{"apiVersion": "v1", "kind": "Service",
@@ -260,7 +271,7 @@ def indexed_jobs(name: str, *, image: str, command: Sequence[str], workers: int,
                     "containers": [_container(
                         image, ["/bin/sh", "-c", _INDEXED_COMMAND, "tfdist", *command], keras,
                         env=[{"name": kubernetes_environment.TEMPLATE_ENV, "value": template},
-                             *_trainer_env(name, namespace, data_workers)])],
+                             *trainer_env(name, namespace, data_workers)])],
                 },
             },
         },
@@ -306,17 +317,20 @@ def to_yaml(docs: List[dict]) -> str:
   return yaml.safe_dump_all(docs, sort_keys=False)
 
 
+# tfdist.launch.jobset adds "jobset" and "trainjob", which restart the whole job.
 MANIFESTS = {"tfjob": tfjob, "indexed": indexed_jobs}
+RESTARTING_KINDS = ("jobset", "trainjob")
 
 
 class KubernetesLauncher(launcher_lib.Launcher):
-  """Writes the job's manifests (TFJob or Indexed Jobs) for `kubectl apply -f -`; runs nothing."""
+  """Writes the job's manifests (JobSet, TrainJob, TFJob or Indexed Jobs) for `kubectl apply -f -`; runs nothing."""
 
   name = "kubernetes"
 
   def __init__(self, *, kind: str = "indexed", image: str, name: str = "tfdist",
                namespace: str = "default", output: Optional[TextIO] = None,
-               keras: Optional[str] = None, data_work_dir: Optional[str] = None):
+               keras: Optional[str] = None, data_work_dir: Optional[str] = None,
+               max_restarts: int = 0):
     if kind not in MANIFESTS:
       raise ValueError(f"`kind` must be one of {sorted(MANIFESTS)}. Received: {kind!r}")
     self.kind, self.image, self.name, self.namespace = kind, image, name, namespace
@@ -325,12 +339,20 @@ class KubernetesLauncher(launcher_lib.Launcher):
     self.output = output
     # Any value journals: in a pod the journal lives on the pod's own volume.
     self.data_journal = bool(data_work_dir)
+    self.max_restarts = max_restarts
 
   def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:
     job, _ = launcher_lib.with_coordinator(job)
+    options = {}
+    if self.kind in RESTARTING_KINDS:  # Whole-job restarts, and an evaluator of their own.
+      options = dict(evaluator=job.evaluator, max_restarts=self.max_restarts)
+    elif job.evaluator:
+      raise ValueError(f"--kubernetes={self.kind} has no evaluator; use "
+                       f"--kubernetes={RESTARTING_KINDS[0]}. Received: evaluator=True")
     docs = MANIFESTS[self.kind](self.name, image=self.image, command=command,
                                 workers=job.workers, ps=job.ps, chief=job.chief,
                                 namespace=self.namespace, keras=self.keras,
-                                data_workers=job.data_workers, data_journal=self.data_journal)
+                                data_workers=job.data_workers, data_journal=self.data_journal,
+                                **options)
     (self.output or sys.stdout).write(to_yaml(docs))
     return 0

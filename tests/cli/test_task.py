@@ -1,0 +1,39 @@
+"""tfdist task: a command run as this pod's task, with the TF_CONFIG its environment gives."""
+
+import json
+import sys
+
+import helpers
+
+PRINT_TF_CONFIG = [sys.executable, "-c", "import os; print('TF_CONFIG', os.environ['TF_CONFIG'])"]
+POD = {"TFDIST_CLUSTER_SHAPE": "worker=2", "JOBSET_NAME": "digits",
+       "JOBSET_REPLICATED_JOB": "worker", "JOBSET_JOB_INDEX": "0", "JOB_COMPLETION_INDEX": "1"}
+
+
+def test_a_jobset_pod_runs_its_command_with_its_tf_config():
+  result = helpers.run(helpers.tfdist_cli("task", "--", *PRINT_TF_CONFIG), timeout=60, env=POD)
+  assert result.returncode == 0, result.stdout
+  config = json.loads(result.stdout.split("TF_CONFIG ", 1)[1])
+  assert config == {"cluster": {"worker": ["digits-worker-0-0.digits:2222",
+                                           "digits-worker-0-1.digits:2223"]},
+                    "task": {"type": "worker", "index": 1}}
+
+
+def test_no_cluster_a_bad_pod_and_a_missing_program_are_one_line_errors():
+  result = helpers.run(helpers.tfdist_cli("task", "--", *PRINT_TF_CONFIG), timeout=60)
+  assert result.returncode == 2
+  assert result.stdout.strip().splitlines()[-1].startswith(
+      "tfdist task: this process is no task of a cluster: no environment applies (asked, in "
+      "order: ['vertex', 'tf_config', 'trainjob', 'jobset', 'kubernetes', 'slurm'])")
+  result = helpers.run(helpers.tfdist_cli("task", "--", *PRINT_TF_CONFIG), timeout=60,
+                       env=dict(POD, JOB_COMPLETION_INDEX="2"))
+  assert result.returncode == 2
+  assert result.stdout.strip().splitlines()[-1] == (
+      "tfdist task: `JOB_COMPLETION_INDEX` must be below the 2 worker task(s) of "
+      "`TFDIST_CLUSTER_SHAPE`. Received: 2")
+  result = helpers.run(helpers.tfdist_cli("task", "--", "/nonexistent/train"), timeout=60,
+                       env=POD)
+  assert result.returncode == 127
+  assert result.stdout.strip().splitlines()[-1] == (
+      "tfdist task: could not run '/nonexistent/train': No such file or directory. Received: "
+      "command=['/nonexistent/train']")

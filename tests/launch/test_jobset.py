@@ -1,0 +1,72 @@
+"""tfdist.launch.jobset: the pods of a JobSet and a TrainJob, rehearsed as processes, train.
+
+No Kubernetes API server runs here: `tests/kubernetes_pods.py` runs each pod's
+command with the environment Kubernetes would give it, host names resolving
+to loopback addresses in a private network and mount namespace, and restarts
+every pod when one fails, as the JobSet's failure policy says.
+"""
+
+import json
+import os
+import re
+
+import pytest
+
+import helpers
+import kubernetes_pods
+from tfdist.launch import jobset
+
+SCRIPT = os.path.join(helpers.SCRIPTS, "ray_fit.py")
+
+
+def _results(stdout):
+  return {m.group(1): json.loads(m.group(2))
+          for m in re.finditer(r"^\[([\w-]+)\] RESULT (.*)$", stdout, re.M)}
+
+
+@pytest.mark.slow
+def test_a_jobset_pod_killed_mid_training_restarts_the_whole_job_which_resumes_from_its_backup(
+    tmp_path):
+  docs = jobset.jobset("digits", image="img:1", workers=2, max_restarts=1, command=[
+      "python", SCRIPT, "tf_keras", "multi_worker_mirrored", f"backup={tmp_path / 'backup'}"])
+  rehearsal = kubernetes_pods.Rehearsal(docs).start(str(tmp_path))
+  lines = []
+  try:
+    for line in rehearsal.process.stdout:
+      lines.append(line)
+      if line.startswith("[digits-worker-0-1] EPOCH 2"):
+        rehearsal.kill("digits-worker-0-1")  # As a lost node.
+        break
+    stdout = "".join(lines) + rehearsal.finish(timeout=240)
+  finally:
+    rehearsal.stop()
+  assert rehearsal.process.returncode == 0, stdout[-3000:]
+  # Each pod built its TF_CONFIG from its labels, at its stable host name.
+  assert re.search(r"^\[digits-worker-0-1\] tfdist task: worker:1 of ClusterSpec\(worker="
+                   r"\['digits-worker-0-0.digits:2222', 'digits-worker-0-1.digits:2223'\], "
+                   r"task='worker:1'\) \(from jobset\)$", stdout, re.M), stdout[-3000:]
+  assert "[jobset] pod digits-worker-0-1 failed (-9): RestartJobSet, attempt 1 of 1" in stdout
+  restarted = stdout[stdout.index("RestartJobSet"):]
+  assert len(re.findall(r"BackupAndRestore: resuming after epoch \d", restarted)) == 2
+  results = _results(restarted)
+  assert results["digits-worker-0-0"]["weights"] == results["digits-worker-0-1"]["weights"]
+  losses = results["digits-worker-0-0"]["losses"]
+  assert losses[-1] < losses[0], losses
+
+
+@pytest.mark.slow
+def test_a_trainjob_of_a_chief_a_worker_and_a_ps_trains_to_the_end(tmp_path):
+  docs = jobset.trainjob("digits", image="img:1", workers=1, ps=1, chief=True, max_restarts=0,
+                         command=["python", SCRIPT, "tf_keras", "parameter_server"])
+  rehearsal = kubernetes_pods.Rehearsal(docs, success_jobs=["node"]).start(str(tmp_path))
+  try:
+    stdout = rehearsal.finish(timeout=240)
+  finally:
+    rehearsal.stop()
+  assert rehearsal.process.returncode == 0, stdout[-3000:]
+  assert re.search(r"^\[digits-node-0-2\] tfdist task: ps:0 of ClusterSpec\(chief=\["
+                   r"'digits-node-0-0.digits:2222'\], worker=\['digits-node-0-1.digits:2223'\], "
+                   r"ps=\['digits-node-0-2.digits:2224'\], task='ps:0'\) \(from trainjob\)$",
+                   stdout, re.M), stdout[-3000:]
+  losses = _results(stdout)["digits-node-0-0"]["losses"]
+  assert losses[-1] < losses[0], losses

@@ -1,0 +1,43 @@
+"""`tfdist task -- python train.py`: run a command as this task, with its TF_CONFIG.
+
+For pods and replicas whose platform sets no `TF_CONFIG` (a JobSet or
+Kubeflow Trainer v2 pod, a Vertex AI custom container, a SLURM step): the
+cluster and this task come from `tfdist.ClusterSpec.from_env()`, which asks
+each cluster environment in turn (`tfdist.cluster.environment`); the command
+then replaces this process with `TF_CONFIG` set, so any TensorFlow program
+reads it. An environment that names a task wrongly is one line, exit 2.
+"""
+
+import os
+import sys
+
+from tfdist import cluster as cluster_lib
+
+
+def main(argv) -> int:
+  command = argv[1:]
+  if not command:
+    print("tfdist task: give the command after '--', e.g. `tfdist task -- python train.py`. "
+          "Received: no command", file=sys.stderr)
+    return 2
+  try:
+    environment = cluster_lib.detect()
+    spec = None if environment is None else environment.cluster_spec(os.environ)
+  except (TypeError, ValueError) as e:
+    print(f"tfdist task: {e}", file=sys.stderr)
+    return 2
+  if spec is None or spec.task is None:
+    print("tfdist task: this process is no task of a cluster: no environment applies "
+          f"(asked, in order: {cluster_lib.available_environments()}), or TF_CONFIG names no "
+          "task. Run it in a pod of tfdist's manifests, or set TF_CONFIG. "
+          f"Received: {'no environment' if environment is None else environment.name}",
+          file=sys.stderr)
+    return 2
+  env = dict(os.environ, TF_CONFIG=spec.tf_config(spec.task.type, spec.task.index))
+  print(f"tfdist task: {spec.task} of {spec} (from {environment.name})", flush=True)
+  try:
+    os.execvpe(command[0], command, env)
+  except OSError as e:
+    print(f"tfdist task: could not run {command[0]!r}: {e.strerror}. Received: "
+          f"command={command!r}", file=sys.stderr)
+    return 127
