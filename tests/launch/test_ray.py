@@ -93,6 +93,28 @@ def test_a_chief_a_worker_and_a_ps_train_with_fit_and_a_keras3_script_trains(clu
 
 
 @pytest.mark.slow
+def test_trainers_read_every_element_once_through_a_tf_data_service_on_ray_nodes(cluster):
+  result = cluster.run(helpers.tfdist_cli(
+      "launch", "--ray", "--workers=2", "--data_workers=1", "--timeout=240", "--",
+      *helpers.python(os.path.join(helpers.SCRIPTS, "data_service_train.py"), "400")),
+      timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert re.search(r"^\[tfdist launch\] tf.data service: dispatcher 127.0.0.1:\d+, 1 data "
+                   r"worker\(s\)$", result.stdout, re.M), result.stdout[-3000:]
+  # The servers ran as Ray actors too, the data worker registered at its node's address.
+  servers = re.findall(r"^\[(dispatcher:0|data_worker:0)\] tfdist: \1 runs on .* Ray node",
+                       result.stdout, re.M)
+  assert sorted(servers) == ["data_worker:0", "dispatcher:0"], result.stdout[-3000:]
+  results = {}
+  for line in re.findall(r"^\[worker:\d\] RESULT (.*)$", result.stdout, re.M):
+    results[json.loads(line)["epoch"], json.loads(line)["task"]] = json.loads(line)
+  assert helpers.read_once(results, 0) == (400, 400, True)
+  assert helpers.read_once(results, 1) == (400, 400, True)
+  fits = re.findall(r"^\[worker:\d\] FIT (.*)$", result.stdout, re.M)
+  assert len(fits) == 2 and fits[0] == fits[1]
+
+
+@pytest.mark.slow
 def test_sigterm_to_the_launcher_reaches_every_task_which_backs_up_in_its_grace_period(
     cluster, tmp_path):
   command = cluster.command(helpers.tfdist_cli(

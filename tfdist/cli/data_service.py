@@ -6,9 +6,12 @@ them on their own nodes or pods. Prints one line when the server listens,
 then serves until SIGTERM.
 """
 
+import os
 import sys
 
 from absl import flags
+
+from tfdist.cluster import data_service as data_service_lib
 
 _ROLE = flags.DEFINE_enum("role", None, ["dispatcher", "worker"], "Which server to run.",
                           required=True)
@@ -17,7 +20,9 @@ _PORT = flags.DEFINE_integer("port", 0, "The port to listen on (0: any free port
 _DISPATCHER = flags.DEFINE_string("dispatcher_address", None, "worker: the dispatcher, "
                                   "host:port.")
 _WORKER_ADDRESS = flags.DEFINE_string("worker_address", None, "worker: how trainers reach "
-                                      "it (host:port), when not localhost.")
+                                      "it (host:port), when not localhost. Default: "
+                                      "TFDIST_NODE_ADDRESS:PORT where a launcher sets it "
+                                      "(Ray), else localhost:PORT.")
 _WORK_DIR = flags.DEFINE_string("work_dir", None, "dispatcher: journal its state here, so "
                                 "that a restart resumes every job.")
 
@@ -33,7 +38,11 @@ def main(argv):
       print("tfdist data_service: a worker needs --dispatcher_address=host:port. "
             "Received: --dispatcher_address unset", file=sys.stderr)
       return 2
-    server = service.worker_server(_DISPATCHER.value, _PORT.value, _WORKER_ADDRESS.value)
+    address = _WORKER_ADDRESS.value
+    node = os.environ.get(data_service_lib.NODE_ADDRESS_ENV)
+    if address is None and node:  # TF fills in the port it listens on.
+      address = f"{node}:%port%"
+    server = service.worker_server(_DISPATCHER.value, _PORT.value, address)
     print(f"tf.data service worker on port {_PORT.value or '(any)'}, registered with "
           f"{_DISPATCHER.value}", flush=True)
   server.join()

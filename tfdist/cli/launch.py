@@ -147,7 +147,7 @@ def _launcher() -> launch_lib.Launcher:
         keras=_KERAS.value, cpus_per_task=_RAY_CPUS.value,
         resources=ray_launch.parse_resources(_RAY_RESOURCES.value),
         placement=_RAY_PLACEMENT.value, min_workers=_MIN_WORKERS.value,
-        rescale_timeout=_RESCALE_TIMEOUT.value)
+        rescale_timeout=_RESCALE_TIMEOUT.value, data_work_dir=_DATA_WORK_DIR.value)
   if _MIN_WORKERS.value is not None:
     raise ValueError("--min_workers needs --ray: only a Ray cluster can place the workers "
                      "elsewhere and grow the job back. Received: --min_workers="

@@ -29,6 +29,9 @@ from tfdist.cluster import spec as spec_lib
 
 SERVICE_ENV = "TFDIST_DATA_SERVICE"
 JOB_ENV = "TFDIST_DATA_SERVICE_JOB"
+# The address of the machine a server runs on, where its launcher cannot know
+# it in advance (a Ray node): a data worker registers as NODE:PORT.
+NODE_ADDRESS_ENV = "TFDIST_NODE_ADDRESS"
 PROTOCOL = "grpc"
 
 

@@ -2,9 +2,10 @@
 
 Ray runs the processes; tfdist builds the TensorFlow cluster and supervises it
 as it does locally. The launcher reserves one placement-group bundle per task
-(chief, workers, ps, evaluator), asks each bundle's node for its address and a
-free port there, builds the `ClusterSpec` and every task's `TF_CONFIG` from
-them, and then runs the same supervision as `tfdist launch` on one machine
+(chief, workers, ps, evaluator, and the tf.data service's servers), asks each
+bundle's node for its address and a free port there
+(`tfdist.launch.ray_placement`), builds the `ClusterSpec` and every task's
+`TF_CONFIG` from them, and then runs the same supervision as `tfdist launch` on one machine
 (`tfdist.launch.supervision`): the restart rules, `--timeout`, `--grace_period`
 and the `[worker:1]` prefixes. Each task there is a small local process
 (`python -m tfdist.cli.ray_task`) that starts a Ray actor in the task's bundle;
@@ -38,7 +39,9 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from tfdist import cluster as cluster_lib
+from tfdist.cluster import data_service as data_service_lib
 from tfdist.cluster import elastic
+from tfdist.launch import data_servers
 from tfdist.launch import launcher as launcher_lib
 from tfdist.launch import local
 from tfdist.launch import ray_placement
@@ -57,6 +60,7 @@ NAMESPACE = "tfdist"
 # Told to each task's local process: the placement group, and the task -> bundle map.
 PLACEMENT_GROUP_ENV = "TFDIST_RAY_PLACEMENT_GROUP"
 BUNDLES_ENV = "TFDIST_RAY_BUNDLES"
+TASK_ENV = "TFDIST_RAY_TASK"  # Which of them this is: "worker:1", "dispatcher:0".
 PLACEMENTS = ("PACK", "SPREAD")
 # A task whose actor was lost (its node gone): a failure, restarted as any other.
 LOST_EXIT_CODE = 1
@@ -142,7 +146,10 @@ class TaskProcess:
 
   def start(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str]) -> str:
     """Starts `command` with the node's environment plus `env`; returns where it runs."""
-    full_env = {**os.environ, **env}
+    import ray  # pylint: disable=import-outside-toplevel  Runs on a Ray node.
+    # A data worker registers at this node's address (tfdist data_service).
+    full_env = {**os.environ, **env,
+                data_service_lib.NODE_ADDRESS_ENV: ray.util.get_node_ip_address()}
     if cwd is not None and not os.path.isdir(cwd):
       cwd = None  # Not on this node: the worker's own folder (give absolute paths).
     self._process = subprocess.Popen(
@@ -150,7 +157,6 @@ class TaskProcess:
         stdin=subprocess.DEVNULL, start_new_session=True,
         preexec_fn=supervision.die_with_parent(os.getpid()))
     threading.Thread(target=self._pump, daemon=True).start()
-    import ray  # pylint: disable=import-outside-toplevel  Runs on a Ray node.
     return f"{socket.gethostname()} ({ray.util.get_node_ip_address()}, Ray node " \
            f"{ray.get_runtime_context().get_node_id()[:8]})"
 
@@ -190,9 +196,9 @@ def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
   ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
            logging_level=logging.ERROR, configure_logging=False)
   from ray.util.placement_group import get_placement_group
-  task = cluster_lib.TaskSpec(**json.loads(environ["TF_CONFIG"])["task"])
+  task = environ[TASK_ENV]  # "worker:1", "data_worker:0"...
   bundles = json.loads(environ[BUNDLES_ENV])
-  index, resources = bundles[str(task)]
+  index, resources = bundles[task]
   group = get_placement_group(environ[PLACEMENT_GROUP_ENV])
   actor = ray.remote(TaskProcess).options(
       **ray_placement.bundle_options(group, index, resources), max_restarts=0).remote()
@@ -243,6 +249,8 @@ class RayLauncher(launcher_lib.Launcher):
       within `rescale_timeout` after a failure goes on with at least this
       many, and grows back when the cluster has room (None: never fewer).
     rescale_timeout: seconds to wait for every worker before going on with fewer.
+    data_work_dir: with a job's `data_workers`, where the tf.data service's
+      dispatcher journals (a folder on the dispatcher's node).
 
   Raises:
     ValueError: a bad placement, CPU count or min_workers.
@@ -257,7 +265,8 @@ class RayLauncher(launcher_lib.Launcher):
                keras: Optional[str] = None, cpus_per_task: float = 1.0,
                resources: Optional[Mapping[str, Mapping[str, float]]] = None,
                placement: str = "SPREAD", min_workers: Optional[int] = None,
-               rescale_timeout: float = ray_placement.RESCALE_SECONDS):
+               rescale_timeout: float = ray_placement.RESCALE_SECONDS,
+               data_work_dir: Optional[str] = None):
     if placement not in PLACEMENTS:
       raise ValueError(f"`placement` must be one of {list(PLACEMENTS)}. "
                        f"Received: placement={placement!r}")
@@ -271,6 +280,7 @@ class RayLauncher(launcher_lib.Launcher):
     self.keras, self.cpus_per_task, self.placement = keras, cpus_per_task, placement
     self.resources = dict(resources or {})
     self.min_workers, self.rescale_timeout = min_workers, rescale_timeout
+    self.data_work_dir = data_work_dir
 
   def _check_elastic(self, job: launcher_lib.Job) -> None:
     if self.min_workers is None:
@@ -291,11 +301,10 @@ class RayLauncher(launcher_lib.Launcher):
 
   def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:
     output = self.output or sys.stdout
-    if job.data_workers:
-      raise ValueError("tfdist launch --ray does not run a tf.data service yet; run its "
-                       "servers on the cluster yourself and pass service= to "
-                       "tfdist.data.service.distribute. Received: data_workers="
-                       f"{job.data_workers}")
+    if self.data_work_dir and not job.data_workers:
+      raise ValueError("`data_work_dir` journals a tf.data service's dispatcher; give "
+                       "data_workers >= 1 too. Received: data_workers=0, "
+                       f"data_work_dir={self.data_work_dir!r}")
     self._check_elastic(job)
     address = resolve_address(self.address, self.env)
     job, note = launcher_lib.with_coordinator(job)
@@ -305,17 +314,20 @@ class RayLauncher(launcher_lib.Launcher):
     try:
       tasks = list(cluster_lib.ClusterSpec.local(
           job.workers, ps=job.ps, chief=job.chief, evaluator=job.evaluator).tasks())
+      tasks += ray_placement.server_tasks(job.data_workers)
       placement = ray_placement.reserve(
           ray, tasks, self.cpus_per_task, self.placement, resources=self.resources,
           min_workers=self.min_workers, rescale_timeout=self.rescale_timeout)
       output.write(f"[tfdist launch] {placement.spec()} on Ray at {address}\n")
+      if job.data_workers:
+        output.write(f"[tfdist launch] {placement.data_service(self.data_work_dir)}\n")
       output.flush()
       base = dict(os.environ if self.env is None else self.env)
       env = {**base, **task_keras.variables(self.keras, base),
              PLACEMENT_GROUP_ENV: placement.group,
              ADDRESS_ENV: ray.get_runtime_context().gcs_address}
-      return _Cluster(command, env, output, self.grace_period, placement).run(
-          self.timeout, self.max_restarts)
+      return _Cluster(command, env, output, self.grace_period, placement,
+                      self.data_work_dir).run(self.timeout, self.max_restarts)
     finally:
       ray.shutdown()  # The placement group, and any actor left in it, go with it.
 
@@ -330,9 +342,11 @@ class _Cluster(supervision.Cluster):
   again, and then restarts every task (each backs up on SIGTERM first) on all.
   """
 
-  def __init__(self, command, env, output, grace_period, placement: ray_placement.Placement):
-    super().__init__(command, placement.spec(), env, output, grace_period)
-    self.placement = placement
+  def __init__(self, command, env, output, grace_period, placement: ray_placement.Placement,
+               data_work_dir: Optional[str] = None):
+    super().__init__(command, placement.spec(), env, output, grace_period,
+                     placement.data_service(data_work_dir))
+    self.placement, self.data_work_dir = placement, data_work_dir
     self.prefix = [sys.executable, "-m", "tfdist.cli.ray_task", "--"]
     self.next_look = 0.0
 
@@ -340,14 +354,26 @@ class _Cluster(supervision.Cluster):
     if self.attempt:
       shrunk = self.placement.place()
       self.spec = self.placement.spec()
+      self.data_service = self.placement.data_service(self.data_work_dir)
       self.report(f"{self.spec} for the restart" + (f": {shrunk}" if shrunk else ""))
     self.env[BUNDLES_ENV] = json.dumps(self.placement.bundles())
 
   def task_env(self, task) -> Dict[str, str]:
     env = super().task_env(task)
+    env[TASK_ENV] = str(task)
     if self.placement.min_workers is not None:
       env[elastic.WORKERS_ASKED_ENV] = str(self.placement.workers_asked)
     return env
+
+  def server_env(self, task) -> Dict[str, str]:
+    return {**super().server_env(task), TASK_ENV: str(task)}
+
+  def moved(self, task) -> Optional[str]:
+    # Data workers register anew wherever they are; trainers find the others
+    # at the addresses they were given.
+    if task.type == data_servers.DATA_WORKER:
+      return None
+    return self.placement.moved(task)
 
   def planned_restart(self) -> Optional[str]:
     placed, asked = self.placement.workers_placed, self.placement.workers_asked

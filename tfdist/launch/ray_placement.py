@@ -1,6 +1,7 @@
 """Where the tasks of `tfdist launch --ray` run: a placement group, its bundles, their addresses.
 
-One bundle per task (chief, workers, ps, evaluator) holds what the task needs
+One bundle per task (chief, workers, ps, evaluator) and per tf.data service
+server (its dispatcher and data workers) holds what the task needs
 (`task_resources`: CPUs, a GPU where the cluster has them, or what
 `--ray_resources` asks per task type). Each bundle's node gives its address
 and a port free there (`reserve`, `Placement.place`), and the `ClusterSpec`
@@ -12,7 +13,9 @@ With `min_workers` (`--min_workers`), a collective job whose workers cannot
 all be placed within `rescale_timeout` goes on with the workers that can (at
 least `min_workers`), numbered from 0; `Placement.complete` then says when
 the cluster has room for all of them again (Ray places the missing bundles as
-nodes come), so that the launcher grows the job back.
+nodes come), so that the launcher grows the job back. `Placement.moved`
+tells whether a task that others know by its address (a parameter-server
+worker, the dispatcher) would come back elsewhere if restarted alone.
 """
 
 import socket
@@ -21,6 +24,8 @@ import uuid
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tfdist import cluster as cluster_lib
+from tfdist.cluster import data_service as data_service_lib
+from tfdist.launch import data_servers
 
 # Seconds to wait for the cluster to have room for every task.
 RESERVE_SECONDS = 60.0
@@ -29,6 +34,10 @@ RESCALE_SECONDS = 60.0
 # Kubernetes' quantity suffixes, which Ray users also meet in KubeRay's specs.
 _SUFFIXES = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
              "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
+
+
+# The tf.data service's servers have bundles too; they are no TF tasks.
+SERVER_TYPES = (data_servers.DISPATCHER, data_servers.DATA_WORKER)
 
 
 class RayUnavailable(RuntimeError):
@@ -63,7 +72,7 @@ def parse_resources(specs: Sequence[str]) -> Dict[str, Dict[str, float]]:
   """Task type -> resources, from strings such as "worker:GPU=2,memory=8Gi".
 
   Each string is `TYPE:NAME=AMOUNT[,NAME=AMOUNT...]`, TYPE one of chief,
-  worker, ps or evaluator; NAME is CPU, GPU, memory (bytes) or a custom
+  worker, ps, evaluator, dispatcher or data_worker; NAME is CPU, GPU, memory (bytes) or a custom
   resource of the cluster's nodes; AMOUNT a number >= 0, with an optional
   K, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024). A later
   string for the same type adds to it.
@@ -81,7 +90,7 @@ def parse_resources(specs: Sequence[str]) -> Dict[str, Dict[str, float]]:
     task_type, _, pairs = spec.partition(":")
     amounts = {}
     try:
-      if task_type not in cluster_lib.TASK_TYPES or not pairs:
+      if task_type not in cluster_lib.TASK_TYPES + SERVER_TYPES or not pairs:
         raise ValueError
       for pair in pairs.split(","):
         name, equals, amount = (part.strip() for part in pair.partition("="))
@@ -91,7 +100,7 @@ def parse_resources(specs: Sequence[str]) -> Dict[str, Dict[str, float]]:
     except ValueError:
       raise ValueError(
           f"A task type's Ray resources must be TYPE:NAME=AMOUNT[,NAME=AMOUNT...], TYPE one "
-          f"of {list(cluster_lib.TASK_TYPES)}, AMOUNT a number >= 0 (suffixes K M G T Ki Mi "
+          f"of {list(cluster_lib.TASK_TYPES + SERVER_TYPES)}, AMOUNT a number >= 0 (suffixes K M G T Ki Mi "
           f"Gi Ti), e.g. 'worker:GPU=2,memory=8Gi'. Received: {spec!r}") from None
     parsed.setdefault(task_type, {}).update(amounts)
   return parsed
@@ -106,13 +115,13 @@ def bundle_options(placement_group, bundle: int, resources: Mapping[str, float])
               scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group, bundle))
 
 
-def _free_address() -> Tuple[str, int]:
-  """(this node's Ray address, a port free on it now)."""
+def _free_address() -> Tuple[str, int, str]:
+  """(this node's Ray address, a port free on it now, the node's ID)."""
   import ray  # pylint: disable=import-outside-toplevel  Runs on a Ray node.
   host = ray.util.get_node_ip_address()
   with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
     s.bind((host, 0))
-    return host, s.getsockname()[1]
+    return host, s.getsockname()[1], ray.get_runtime_context().get_node_id()
 
 
 def _host(host: str) -> str:
@@ -124,7 +133,7 @@ def cluster_spec(tasks: Sequence[cluster_lib.TaskSpec],
   """The `ClusterSpec` of `tasks` at `addresses` (in the same order)."""
   jobs: Dict[str, List[str]] = {}
   for task, address in zip(tasks, addresses):
-    if address is not None:
+    if address is not None and task.type in cluster_lib.CLUSTER_TASK_TYPES:
       jobs.setdefault(task.type, []).append(address)
   return cluster_lib.ClusterSpec(
       jobs, has_evaluator=any(t.type == cluster_lib.EVALUATOR for t in tasks))
@@ -150,6 +159,7 @@ class Placement:
     self.resources = [dict(r) for r in resources]
     self.min_workers, self.rescale_timeout = min_workers, rescale_timeout
     self.addresses: Dict[int, Optional[str]] = {}  # Bundle index -> "host:port" of a task placed.
+    self.nodes: Dict[int, str] = {}  # Bundle index -> the ID of its node when placed.
 
   def __repr__(self) -> str:
     return (f"Placement(group={self.group!r}, workers={self.workers_placed}/"
@@ -177,13 +187,37 @@ class Placement:
     return placed
 
   def spec(self) -> cluster_lib.ClusterSpec:
-    """The cluster of the tasks placed, at their addresses, each job numbered from 0."""
+    """The cluster of the tasks placed, at their addresses, each job numbered from 0 (no servers)."""
     placed = self._placed_tasks()
     return cluster_spec([t for _, t in placed], [self.addresses[i] for i, _ in placed])
 
   def bundles(self) -> Dict[str, list]:
     """Task name now ("worker:0") -> [bundle index, the bundle's resources]."""
     return {str(t): [i, self.resources[i]] for i, t in self._placed_tasks()}
+
+  def data_service(self, work_dir: Optional[str] = None
+                   ) -> Optional[data_service_lib.DataServiceSpec]:
+    """The tf.data service at its servers' addresses, if the job has one."""
+    placed = self._placed_tasks()
+    address = lambda kind: [self.addresses[i] for i, t in placed if t.type == kind]
+    if not address(data_servers.DISPATCHER):
+      return None
+    return data_service_lib.DataServiceSpec(address(data_servers.DISPATCHER)[0],
+                                            tuple(address(data_servers.DATA_WORKER)), work_dir)
+
+  def moved(self, task: cluster_lib.TaskSpec) -> Optional[str]:
+    """Why `task`, restarted alone, would not be at its address (None: it would).
+
+    Its bundle is on another node than when it was placed (Ray moved it from a
+    lost node), or on none yet.
+    """
+    from ray.util.placement_group import get_placement_group, placement_group_table
+    index = next(i for i, t in self._placed_tasks() if t == task)
+    now = placement_group_table(get_placement_group(self.group))["bundles_to_node_id"].get(index)
+    if now == self.nodes.get(index):
+      return None
+    return (f"its node left the Ray cluster, and the others know it at "
+            f"{self.addresses[index]}")
 
   def _probe(self, indices: Sequence[int], timeout: float) -> Dict[int, Optional[str]]:
     """Bundle index -> "host:port" (None: the evaluator) for the bundles on a node within `timeout`."""
@@ -198,7 +232,7 @@ class Placement:
     found = {}
     for ref in ready:
       i = pending[ref]
-      host, port = self.ray.get(ref)
+      host, port, self.nodes[i] = self.ray.get(ref)
       found[i] = None if self.tasks[i].type == cluster_lib.EVALUATOR else f"{_host(host)}:{port}"
     return found
 
@@ -250,6 +284,14 @@ class Placement:
     """Whether every bundle is on a node (Ray placed the ones a lost node held)."""
     from ray.util.placement_group import get_placement_group, placement_group_table
     return placement_group_table(get_placement_group(self.group))["state"] == "CREATED"
+
+
+def server_tasks(data_workers: int) -> List[cluster_lib.TaskSpec]:
+  """The tf.data service's dispatcher and data workers, as tasks to place (none without workers)."""
+  if not data_workers:
+    return []
+  return [cluster_lib.TaskSpec(data_servers.DISPATCHER, 0)] + [
+      cluster_lib.TaskSpec(data_servers.DATA_WORKER, i) for i in range(data_workers)]
 
 
 def reserve(ray, tasks: Sequence[cluster_lib.TaskSpec], cpus: float, placement: str, *,

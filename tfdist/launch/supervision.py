@@ -166,14 +166,27 @@ class Cluster:
       env.update(self.servers.environment(self.attempt, os.getpid()))
     return env
 
+  def server_env(self, task) -> Dict[str, str]:
+    """The environment of tf.data service server `task`: no TF_CONFIG, it is no TF task."""
+    del task
+    env = {**self.env, "PYTHONUNBUFFERED": "1"}
+    env.pop("TF_CONFIG", None)
+    return env
+
+  def moved(self, task) -> Optional[str]:
+    """Why `task` cannot restart alone where the others expect it (None: it can).
+
+    Here it always can: a local task restarts on its own port. A launcher
+    whose tasks can land on another machine says so, for a task the others
+    know by its address (a parameter-server worker, a tf.data dispatcher).
+    """
+    del task
+    return None
+
   def start(self, task, server_command: Optional[List[str]] = None) -> "Supervised":
     """Starts `task` of the cluster, or with `server_command` a tf.data service server."""
     server = server_command is not None
-    if server:  # No TF_CONFIG: not a TF task.
-      env = {**self.env, "PYTHONUNBUFFERED": "1"}
-      env.pop("TF_CONFIG", None)
-    else:
-      env = self.task_env(task)
+    env = self.server_env(task) if server else self.task_env(task)
     command = server_command if server else self.command
     try:
       process = subprocess.Popen(
@@ -243,6 +256,16 @@ class Cluster:
     t.reader.join(timeout=2)
     code = t.process.returncode
     tail = "\n".join(f"  [{t.task}] {line}" for line in t.tail)
+    moved = self.moved(t.task)
+    if moved:  # The trainers know it by its old address: only a new start helps.
+      what = f"tf.data service {t.task} exited with code {code} and cannot restart: {moved}"
+      if self.restarts_left > 0:
+        self.restarts_left -= 1
+        self.report(f"{what}; restarting every task ({self.restarts_left} restarts left). "
+                    f"Its last lines:\n{tail}")
+        return _RESTART
+      self.report(f"{what}; stopping every task. Its last lines:\n{tail}")
+      return code or 1
     restart, message = self.servers.after_exit(t.task, code)
     self.report(f"{message}. Its last lines:\n{tail}")
     if not restart:
@@ -260,7 +283,10 @@ class Cluster:
     if _survivable(self.spec, t.task):
       others = [str(u.task) for u in self.tasks if u is not t
                 and u.task.type == cluster_lib.WORKER and u.process.poll() is None]
-      if self.restarts_left > 0:
+      moved = self.moved(t.task)
+      if moved:
+        what = f"{what}, and cannot restart: {moved}"
+      elif self.restarts_left > 0:
         self.restarts_left -= 1
         self.report(f"{what}; restarting it alone ({self.restarts_left} restarts left) "
                     f"while the coordinator reschedules its steps. Its last lines:\n{tail}")
