@@ -21,8 +21,10 @@ from typing import Mapping, Optional, Sequence
 import helpers
 
 CPUS_PER_NODE = 2
-# A custom resource each node has one of, as a cluster labels its machines.
+# A custom resource each node has one of, as a cluster labels its machines;
+# the nodes `remove_node` may take away also have one "removable".
 NODE_RESOURCES = {"trainer_slot": 1}
+REMOVABLE_RESOURCES = {**NODE_RESOURCES, "removable": 1}
 
 
 class RayCluster:
@@ -104,7 +106,7 @@ def _hold() -> None:
           "node_ip_address": "127.0.0.1", "include_dashboard": False,
           "_system_config": {"health_check_period_ms": 500,
                              "health_check_failure_threshold": 3}})
-  add = lambda: cluster.add_node(num_cpus=CPUS_PER_NODE, resources=NODE_RESOURCES,
+  add = lambda: cluster.add_node(num_cpus=CPUS_PER_NODE, resources=REMOVABLE_RESOURCES,
                                  node_ip_address="127.0.0.1")
   nodes = [add()]
   cluster.wait_for_nodes()

@@ -190,6 +190,43 @@ def test_a_lost_node_leaves_min_workers_to_go_on_from_the_backup_and_the_job_gro
   assert "restarts left" not in grown  # Growing back is no failure.
 
 
+@pytest.mark.slow
+def test_a_task_whose_node_was_lost_has_moved_one_on_a_live_node_has_not(cluster, tmp_path):
+  """What keeps a parameter-server worker or the dispatcher from restarting alone elsewhere."""
+  script = tmp_path / "placement.py"
+  script.write_text(
+      "import sys, time, ray\n"
+      "from tfdist.cluster import TaskSpec\n"
+      "from tfdist.launch import ray_placement\n"
+      "ray.init(namespace='tfdist', logging_level='ERROR')\n"
+      "tasks = [TaskSpec('chief', 0), TaskSpec('worker', 0), TaskSpec('ps', 0)]\n"
+      "placed = ray_placement.reserve(ray, tasks, 0.1, 'SPREAD', resources={\n"
+      "    'worker': {'removable': 1}, 'chief': {'node:__internal_head__': 0.01}})\n"
+      "print('MOVED', placed.moved(TaskSpec('worker', 0)), flush=True)\n"
+      "print('PLACED', flush=True)\n"
+      "deadline = time.monotonic() + 60\n"
+      "while not placed.moved(TaskSpec('worker', 0)) and time.monotonic() < deadline:\n"
+      "  time.sleep(0.5)\n"
+      "print('MOVED', placed.moved(TaskSpec('worker', 0)), flush=True)\n"
+      "print('MOVED', placed.moved(TaskSpec('chief', 0)), flush=True)\n")
+  lines = []
+  with helpers.spawned(cluster.command(helpers.python(str(script))),
+                       env={"RAY_ADDRESS": cluster.address}) as process:
+    try:
+      for line in process.stdout:
+        lines.append(line)
+        if line.startswith("PLACED"):
+          cluster.remove_node()  # The only node with a "removable": the worker's.
+          break
+      lines += process.communicate(timeout=120)[0].splitlines(keepends=True)
+    finally:
+      cluster.add_node()
+  moved = [line.split(" ", 1)[1].strip() for line in lines if line.startswith("MOVED")]
+  assert moved[0] == "None" and moved[2] == "None", lines  # Chief: on the head, still there.
+  assert re.fullmatch(r"its node left the Ray cluster, and the others know it at "
+                      r"127.0.0.1:\d+", moved[1]), lines
+
+
 @pytest.mark.parametrize("options, job, match", [
     (dict(min_workers=1, max_restarts=1), launch.Job(workers=2, ps=1),
      r"--min_workers is for collective jobs.*Received: min_workers=1, ps=1$"),
