@@ -47,7 +47,11 @@ _TRAINER_STEP = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
 _TASK = ["python", "-m", "tfdist", "task", "--"]
 
 
-def _counts(workers: int, ps: int, chief: bool, evaluator: bool) -> Dict[str, int]:
+def _checked_counts(name: str, image: str, command: Sequence[str], workers: int, ps: int,
+                    chief: bool, evaluator: bool, max_restarts: int) -> Dict[str, int]:
+  """Task type -> count, once the arguments both builders take are checked."""
+  kubernetes.check(name, image, command)
+  cluster_lib.check_task_count("max_restarts", max_restarts, 0)
   counts = kubernetes.counts(workers, ps, chief)
   if evaluator:
     counts[cluster_lib.EVALUATOR] = 1
@@ -83,9 +87,7 @@ def jobset(name: str, *, image: str, command: Sequence[str], workers: int, ps: i
   Raises:
     ValueError: a bad name, image, command, count or max_restarts.
   """
-  kubernetes.check(name, image, command)
-  cluster_lib.check_task_count("max_restarts", max_restarts, 0)
-  counts = _counts(workers, ps, chief, evaluator)
+  counts = _checked_counts(name, image, command, workers, ps, chief, evaluator, max_restarts)
   env = _label_env() + _job_env(counts, keras, name, namespace, data_workers)
   replicated = []
   for task_type, n in counts.items():
@@ -138,9 +140,7 @@ def trainjob(name: str, *, image: str, command: Sequence[str], workers: int, ps:
   Raises:
     ValueError: a bad name, image, command, count or max_restarts.
   """
-  kubernetes.check(name, image, command)
-  cluster_lib.check_task_count("max_restarts", max_restarts, 0)
-  counts = _counts(workers, ps, chief, evaluator)
+  counts = _checked_counts(name, image, command, workers, ps, chief, evaluator, max_restarts)
   # The runtime's container has the labels; the TrainJob adds what is this job's.
   env = _job_env(counts, keras, name, namespace, data_workers)
   docs = [training_runtime(image=image, max_restarts=max_restarts),

@@ -258,14 +258,9 @@ class Cluster:
     tail = "\n".join(f"  [{t.task}] {line}" for line in t.tail)
     moved = self.moved(t.task)
     if moved:  # The trainers know it by its old address: only a new start helps.
-      what = f"tf.data service {t.task} exited with code {code} and cannot restart: {moved}"
-      if self.restarts_left > 0:
-        self.restarts_left -= 1
-        self.report(f"{what}; restarting every task ({self.restarts_left} restarts left). "
-                    f"Its last lines:\n{tail}")
-        return _RESTART
-      self.report(f"{what}; stopping every task. Its last lines:\n{tail}")
-      return code or 1
+      return self._restart_every_task_or_stop(
+          f"tf.data service {t.task} exited with code {code} and cannot restart: {moved}",
+          tail, code or 1)
     restart, message = self.servers.after_exit(t.task, code)
     self.report(f"{message}. Its last lines:\n{tail}")
     if not restart:
@@ -298,6 +293,10 @@ class Cluster:
         self.tasks.remove(t)  # Nothing more to wait for; its group is stopped here.
         stop_all([t], self.grace_period)
         return None
+    return self._restart_every_task_or_stop(what, tail, code)
+
+  def _restart_every_task_or_stop(self, what: str, tail: str, code: int):
+    """_RESTART while restarts are left, else `code`; reports which, with the tail."""
     if self.restarts_left > 0:
       self.restarts_left -= 1
       self.report(f"{what}; restarting every task ({self.restarts_left} restarts left). "
