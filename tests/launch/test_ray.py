@@ -333,6 +333,13 @@ def test_no_address_and_no_ray_are_one_line_errors():
       "--ray=10.0.0.5:6379, or --ray=auto for the cluster this machine belongs to), set "
       "RAY_ADDRESS, or pass --ray=local to start a Ray cluster here for this job. Received: "
       "no address and RAY_ADDRESS unset")
+  # A wrong address: nothing answers there. Ray itself retries for minutes.
+  result = helpers.run(helpers.tfdist_cli("launch", "--ray=127.0.0.1:1", "--", sys.executable,
+                                          "-c", "pass"), timeout=60)
+  assert result.returncode == 2, result.stdout
+  assert result.stdout.strip().splitlines()[-1].startswith(
+      "tfdist launch: Nothing answers at '127.0.0.1:1' (Connection refused): start the Ray "
+      "cluster (`ray start --head` on its first node), or pass its head's host:port")
   # Without Ray installed (hidden from this one process).
   hide = ("import sys; sys.modules['ray'] = None; sys.argv = ['tfdist'] + sys.argv[1:]; "
           "from tfdist.cli import main; main.run()")

@@ -66,6 +66,9 @@ PLACEMENTS = ("PACK", "SPREAD")
 LOST_EXIT_CODE = 1
 # A command that could not start on its node, as a shell says it.
 NOT_STARTED_EXIT_CODE = 127
+# Seconds to wait for a TCP answer from the Ray cluster's head before Ray
+# itself tries (which goes on for minutes against a wrong address).
+ANSWER_SECONDS = 10.0
 # Seconds between two looks at whether a shrunk job's workers have room again.
 GROW_CHECK_SECONDS = 2.0
 # Variables of the launcher's environment a task gets on its node; the rest of
@@ -106,6 +109,28 @@ def resolve_address(address: Optional[str], environ: Optional[Mapping[str, str]]
   return chosen
 
 
+def check_answers(address: str, timeout: float = ANSWER_SECONDS) -> None:
+  """Raises RayUnavailable unless something accepts a TCP connection at `address`.
+
+  "auto" and "local" are Ray's to resolve; "ray://host:port" (Ray Client) is
+  checked at host:port.
+  """
+  if address in ("auto", LOCAL):
+    return
+  host, _, port = address.split("://", 1)[-1].rpartition(":")
+  if not host or not port.isdigit():
+    raise RayUnavailable(f"--ray must be the head's host:port (e.g. 10.0.0.5:6379), 'auto' or "
+                         f"'local'. Received: {address!r}")
+  try:
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+      pass
+  except OSError as e:
+    raise RayUnavailable(
+        f"Nothing answers at {address!r} ({e.strerror or type(e).__name__}): start the Ray "
+        f"cluster (`ray start --head` on its first node), or pass its head's host:port as "
+        f"--ray=ADDRESS (or in {ADDRESS_ENV}). Received: {address!r}") from None
+
+
 def connect(address: str):
   """`ray.init` for the launcher; returns the `ray` module.
 
@@ -113,6 +138,7 @@ def connect(address: str):
     RayUnavailable: Ray is missing, or nothing answers at `address`.
   """
   ray = import_ray()
+  check_answers(address)
   options = dict(namespace=NAMESPACE, log_to_driver=False, logging_level=logging.ERROR,
                  configure_logging=False)
   try:
