@@ -323,3 +323,23 @@ def test_jobset_restarts_the_whole_job_except_for_a_parameter_server_worker():
 ])
 def test_jobset_and_trainjob_cli_output_matches_the_committed_examples(kind, path, args):
   test_cli_output_matches_the_committed_examples(kind, path, args)
+
+
+@pytest.mark.parametrize("build", [jobset.jobset, jobset.trainjob])
+def test_jobset_and_trainjob_carry_the_tf_data_service_and_tell_every_pod(build):
+  docs = parse(build("digits", image="img:1", command=COMMAND, workers=2, data_workers=2,
+                     data_journal=True))
+  sets = {d["metadata"]["name"]: d["spec"]["replicas"] for d in docs if d["kind"] == "StatefulSet"}
+  assert sets == {"digits-data-dispatcher": 1, "digits-data-worker": 2}
+  for pod in jobset.pods(docs):
+    assert pod["env"]["TFDIST_DATA_SERVICE"] == \
+        "grpc://digits-data-dispatcher-0.digits-data.default.svc:5050"
+    assert pod["env"]["TFDIST_DATA_SERVICE_JOB"] == "digits"
+
+
+def test_an_evaluator_needs_a_kind_that_has_one():
+  from tfdist import launch
+  launcher = launch.make_launcher("kubernetes", kind="indexed", image="img:1")
+  with pytest.raises(ValueError, match=r"--kubernetes=indexed has no evaluator; use "
+                     r"--kubernetes=jobset. Received: evaluator=True$"):
+    launcher.launch(COMMAND, launch.Job(workers=2, evaluator=True))
