@@ -120,3 +120,4 @@ class LocalSlurm:
       except (ProcessLookupError, subprocess.TimeoutExpired):
         os.killpg(process.pid, signal.SIGKILL)
     self._daemons.clear()
+    shutil.rmtree(self.root, ignore_errors=True)

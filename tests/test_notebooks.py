@@ -25,9 +25,12 @@ def test_committed_without_outputs(path):
 
 
 @pytest.mark.slow
+@pytest.mark.measures
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
-def test_runs_top_to_bottom(path, monkeypatch):
+def test_runs_top_to_bottom(path, monkeypatch, tmp_path):
   monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+  # What a notebook writes to its temporary folders goes with the test's own.
+  monkeypatch.setenv("TMPDIR", str(tmp_path))
   notebook = nbformat.read(path, as_version=4)
   # Raises CellExecutionError, with the cell and its traceback, on any error.
   NotebookClient(notebook, timeout=600, kernel_name="python3",

@@ -14,7 +14,8 @@ SCRIPT = os.path.join(helpers.REPO, "benchmarks", "chaos.py")
 def test_one_fault_of_each_kind_is_survived_with_nothing_left_over(tmp_path):
   out = tmp_path / "chaos.json"
   result = helpers.run(helpers.python(SCRIPT, "--faults=5", "--seed=1", "--examples=3200",
-                                      "--nobaseline", f"--output={out}"), timeout=900)
+                                      "--nobaseline", f"--output={out}"),
+                       timeout=900, env={"TMPDIR": str(tmp_path)})  # Its job folders too.
   assert result.returncode == 0, result.stdout[-3000:]
   jobs = {job["mode"]: job for job in json.loads(out.read_text())["jobs"]}
   kinds = {mode: sorted(f["kind"] for f in job["faults"]) for mode, job in jobs.items()}

@@ -1,6 +1,7 @@
 """tfdist.bench.memory: a replica's bytes, counted from a real model."""
 
 import pytest
+import tensorflow as tf
 import tf_keras as keras
 
 from tfdist.bench import memory
@@ -43,5 +44,7 @@ def test_an_uncompiled_model_is_refused_with_the_fix():
     memory.footprint(model, batch_size=4)
 
 
-def test_cpus_report_no_peak():
-  assert memory.peak_bytes("CPU:0") is None
+def test_the_peak_is_none_on_a_device_this_machine_lacks_and_counts_what_a_cpu_held():
+  assert memory.peak_bytes("GPU:7") is None
+  held = tf.ones((1024, 1024))  # 4 MiB.
+  assert memory.peak_bytes("CPU:0") >= held.numpy().nbytes

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from tfdist import cluster as cluster_lib
 from tfdist.cluster import ClusterSpec, TaskSpec, pick_unused_ports
+from tfdist.cluster import spec as spec_lib
 
 TWO_WORKERS = {"worker": ["localhost:2222", "localhost:2223"]}
 
@@ -224,6 +225,16 @@ def test_random_text_raises_only_documented_errors(text):
 def test_pick_unused_ports_are_distinct():
   ports = cluster_lib.pick_unused_ports(20)
   assert len(set(ports)) == 20
+
+
+def test_ports_are_picked_below_the_range_outgoing_connections_take(monkeypatch):
+  # Before: the kernel's own free ports, which any connection opened before the
+  # task binds its port could take (seen with 128 tasks beside another test run).
+  low = spec_lib._ephemeral_low()
+  assert all(spec_lib._LOWEST_PICKED_PORT <= p < low for p in cluster_lib.pick_unused_ports(64))
+  # With no room below it (a machine whose ephemeral range starts low), any free port.
+  monkeypatch.setattr(spec_lib, "_ephemeral_low", lambda: spec_lib._LOWEST_PICKED_PORT)
+  assert len(set(cluster_lib.pick_unused_ports(8))) == 8
 
 
 def test_a_spec_is_immutable_and_hashable():

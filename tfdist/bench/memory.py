@@ -4,8 +4,8 @@ Data parallelism puts a whole copy on every device, so a model fits a device
 only if all four fit: the weights, a gradient for each trainable weight, the
 optimizer's slots (Adam keeps two per weight) and the activations that the
 backward pass reads, which grow with the batch. Counted from the model, not
-measured: TensorFlow reports a peak only for GPUs (`peak_bytes`), and its
-allocator adds workspace on top of this count.
+measured: TensorFlow's peak (`peak_bytes`) is the whole process's, every model
+and batch it has held so far, and its allocator adds workspace on top of this count.
 
 Example:
 
@@ -97,7 +97,8 @@ def footprint(model, batch_size: int) -> Footprint:
 def peak_bytes(device: str = "GPU:0") -> Optional[int]:
   """The peak memory TensorFlow measured on `device` so far, or None where it reports none.
 
-  CPUs report 0: their allocator keeps no statistics unless TF is built to.
+  None for a device this process does not have, and for a CPU before anything
+  large was allocated there (TensorFlow reports 0 until then).
   """
   try:
     peak = int(tf.config.experimental.get_memory_info(device)["peak"])

@@ -22,6 +22,7 @@ import functools
 import ipaddress
 import json
 import os
+import random
 import re
 import socket
 import types
@@ -484,26 +485,52 @@ def count_workers(jobs: Mapping[str, Sequence[str]]) -> int:
   return len(jobs.get(WORKER, ())) + len(jobs.get(CHIEF, ()))
 
 
+# Where the kernel takes ports for outgoing connections (Linux's default when it
+# cannot be read). A port picked inside it may be taken by any connection this
+# machine opens before the task binds it; Ray picks its workers' ports below it
+# for the same reason.
+_EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+_LOWEST_PICKED_PORT = 20000
+_random = random.Random()  # Its own generator: a user's random.seed() must not repeat ports.
+
+
+def _ephemeral_low() -> int:
+  try:
+    with open(_EPHEMERAL_RANGE_FILE) as f:
+      return int(f.read().split()[0])
+  except (OSError, ValueError, IndexError):
+    return 32768
+
+
 def pick_unused_ports(count: int, host: str = "127.0.0.1") -> Tuple[int, ...]:
   """`count` distinct TCP ports free on loopback `host` right now.
 
   On the address family of `host` ("::1" is IPv6; "localhost" and "127.0.0.1"
-  IPv4). All sockets stay open until every port is picked, so the ports are
-  distinct. Another process may still take one before the cluster binds it;
-  the task then fails at once with an error naming the port
-  (`preflight.rendezvous`), and nothing retries on other ports.
+  IPv4). Ports come from below the kernel's ephemeral range (20000 up to
+  `ip_local_port_range`), so no outgoing connection of this machine takes one
+  before the cluster binds it; each is bound once to check it is free, and all
+  stay bound until every port is picked, so they are distinct. Another process
+  picking ports may still take one first; the task then fails at once with an
+  error naming the port (`preflight.rendezvous`), and nothing retries on other ports.
   """
   if host not in LOOPBACK_HOSTS:
     raise ValueError(f"`host` must be a loopback address, one of {list(LOOPBACK_HOSTS)}, so "
                      f"that nothing listens beyond this machine. Received: {host!r}")
   family, address = ((socket.AF_INET6, "::1") if host == "::1"
                      else (socket.AF_INET, "127.0.0.1"))
+  candidates = range(_LOWEST_PICKED_PORT, _ephemeral_low())
   sockets = []
   try:
     for _ in range(count):
       s = socket.socket(family, socket.SOCK_STREAM)
       sockets.append(s)
-      s.bind((address, 0))
+      # A few tries in the quiet range, then any free port the kernel gives.
+      for port in _random.sample(candidates, min(32, len(candidates))) + [0]:
+        try:
+          s.bind((address, port))
+          break
+        except OSError:
+          continue
     return tuple(s.getsockname()[1] for s in sockets)
   finally:
     for s in sockets:
