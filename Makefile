@@ -27,12 +27,12 @@ slurm:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; \
 	else echo "note: slurm-wlm and munge not installed (needs root and apt-get); SLURM tests will be skipped"; fi
 
-# Two phases: the tests that measure nothing share both cores (whole files per
-# process, so a module's cluster is started once), then the tests that assert a
-# speed measured side by side run alone, with nothing else on the machine.
+# Two phases: most tests share both cores (whole files per process, so a
+# module's cluster is started once), then the tests marked `alone` (speeds
+# measured side by side, hundreds of ports held) run with nothing else beside them.
 test: install slurm
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not measures"
-	$(BIN)/python -m pytest -m measures
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not alone"
+	$(BIN)/python -m pytest -m alone
 
 docs: install
 	$(BIN)/mkdocs build --strict --site-dir site

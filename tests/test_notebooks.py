@@ -25,7 +25,7 @@ def test_committed_without_outputs(path):
 
 
 @pytest.mark.slow
-@pytest.mark.measures
+@pytest.mark.alone
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
 def test_runs_top_to_bottom(path, monkeypatch, tmp_path):
   monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -168,6 +168,7 @@ def _rendezvous_all(spec, tasks, timeout):
   return results
 
 
+@pytest.mark.alone  # 128 ports picked, then bound over seconds.
 def test_128_tasks_meet_on_loopback():
   # Before: the listener never accepted and its backlog held 64, so past about
   # 65 peers healthy tasks timed out.
@@ -178,6 +179,7 @@ def test_128_tasks_meet_on_loopback():
   assert not failed
 
 
+@pytest.mark.alone
 def test_one_missing_of_128_is_named_within_the_deadline():
   spec = ClusterSpec.local(workers=128)
   tasks = list(spec.tasks())
