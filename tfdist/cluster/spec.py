@@ -487,8 +487,8 @@ def count_workers(jobs: Mapping[str, Sequence[str]]) -> int:
 
 # Where the kernel takes ports for outgoing connections (Linux's default when it
 # cannot be read). A port picked inside it may be taken by any connection this
-# machine opens before the task binds it; Ray picks its workers' ports below it
-# for the same reason.
+# machine opens before the task binds it. (Ray, too, gives its workers ports
+# below it: 10002-19999 by default.)
 _EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
 _LOWEST_PICKED_PORT = 20000
 _random = random.Random()  # Its own generator: a user's random.seed() must not repeat ports.
