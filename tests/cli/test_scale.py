@@ -10,6 +10,7 @@ from tfdist.cluster import ClusterSpec
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # It times steps; another test beside it skews the prediction.
 def test_cli_predicts_checks_and_draws(tmp_path):
   out, png = tmp_path / "scale.json", tmp_path / "scale.png"
   # Run where a job's TF_CONFIG is set (a peer that is not there): before, scale
