@@ -91,7 +91,7 @@ class LocalSlurm:
       if state in ("idle", "mix", "alloc"):
         return self
       time.sleep(0.5)
-    self.stop()
+    self.stop(keep_logs=True)
     raise RuntimeError(f"SLURM did not come up within {timeout}s; logs in {self.root}")
 
   def _start_munge(self) -> None:
@@ -111,7 +111,8 @@ class LocalSlurm:
     os.chmod(key, 0o400)
     subprocess.run(["runuser", "-u", "munge", "--", "munged"], check=True, timeout=30)
 
-  def stop(self) -> None:
+  def stop(self, keep_logs: bool = False) -> None:
+    """Stops the daemons and removes their folder, unless `keep_logs` (for a failed start)."""
     subprocess.run(["scancel", "--user=root"], env=self.env, capture_output=True, timeout=30)
     for process in self._daemons:
       try:
@@ -120,4 +121,5 @@ class LocalSlurm:
       except (ProcessLookupError, subprocess.TimeoutExpired):
         os.killpg(process.pid, signal.SIGKILL)
     self._daemons.clear()
-    shutil.rmtree(self.root, ignore_errors=True)
+    if not keep_logs:
+      shutil.rmtree(self.root, ignore_errors=True)
