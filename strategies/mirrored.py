@@ -7,6 +7,7 @@ into two logical devices so that two replicas really run.
 """
 
 import tfdist
+from tfdist.data import digits
 
 tfdist.devices.split_physical_device(2)  # Only for CPU-only machines; before any TF op.
 
@@ -16,7 +17,7 @@ from tfdist import keras
 strategy = tfdist.make_strategy("mirrored")
 print(f"replicas: {strategy.num_replicas_in_sync}")
 
-(x_train, y_train), (x_test, y_test) = tfdist.datasets.load_digits()
+(x_train, y_train), (x_test, y_test) = digits.load_digits()
 global_batch = tfdist.global_batch_size(32, strategy)  # 32 examples per replica.
 train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(2048).batch(global_batch)
 

@@ -8,6 +8,7 @@ On a real cluster, set TF_CONFIG per machine (tfdist.ClusterSpec.tf_config makes
 """
 
 import tfdist
+from tfdist.data import digits
 
 # First, before any other TF op: it configures collectives for the whole process.
 strategy = tfdist.make_strategy("multi_worker_mirrored", communication="ring")
@@ -15,7 +16,7 @@ strategy = tfdist.make_strategy("multi_worker_mirrored", communication="ring")
 import tensorflow as tf
 from tfdist import keras
 
-(x_train, y_train), _ = tfdist.datasets.load_digits()
+(x_train, y_train), _ = digits.load_digits()
 GLOBAL_BATCH = 64
 
 

@@ -15,6 +15,7 @@ serves until the job ends.
 """
 
 import tfdist
+from tfdist.data import digits
 
 # Inside a cluster (TF_CONFIG, or a SLURM step) use it; alone, make one in-process.
 alone = tfdist.ClusterSpec.from_env() is None
@@ -24,7 +25,7 @@ strategy = tfdist.make_strategy("parameter_server", in_process=alone,
 import tensorflow as tf
 from tfdist import keras
 
-(x_train, y_train), (x_test, y_test) = tfdist.datasets.load_digits()
+(x_train, y_train), (x_test, y_test) = digits.load_digits()
 GLOBAL_BATCH = 64
 
 

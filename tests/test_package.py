@@ -26,7 +26,7 @@ def test_old_module_paths_are_gone_and_the_real_modules_reload():
 
 def test_public_names_resolve_to_their_modules():
   assert tfdist.Loop is importlib.import_module("tfdist.training.loop").Loop
-  assert tfdist.export is importlib.import_module("tfdist.training.export").export
+  assert tfdist.export is importlib.import_module("tfdist.training.saved_model").export
   assert tfdist.training.loop is importlib.import_module("tfdist.training.loop")
   with pytest.raises(AttributeError, match=r"has no attribute 'scaled_learning_rate'"):
     tfdist.scaled_learning_rate  # pylint: disable=pointless-statement

@@ -1,7 +1,7 @@
 """tfdist.bench.decision: the decision table, including the branches that cannot run here.
 
 Measurements are given, not measured: slow links, many workers and a model
-larger than one device are what this machine cannot show. `tests/bench/test_advise.py`
+larger than one device are what this machine cannot show. `tests/bench/test_advice.py`
 measures for real.
 """
 

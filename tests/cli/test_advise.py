@@ -1,6 +1,6 @@
 """`tfdist advise`: the main's flags, exit codes and output.
 
-The measuring is tfdist.bench.advise's (tests/bench/test_advise.py).
+The measuring is tfdist.bench.advice's (tests/bench/test_advice.py).
 """
 
 import helpers

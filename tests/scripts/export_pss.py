@@ -47,7 +47,7 @@ for name, keras in (("tf_keras", tf_keras), ("keras3", keras3)):
           dataset_fn, epochs=1, steps_per_epoch=4, verbose=False)
     np.save(os.path.join(out, f"{name}.npy"), np.asarray(model(x)))
     results[name] = {"path": tfdist.export(model, os.path.join(out, name)),
-                     "sharded": tfdist.training.export.is_sharded(model)}
+                     "sharded": tfdist.training.saved_model.is_sharded(model)}
   except ValueError as e:
     results[name] = {"error": str(e)}
 print("RESULT " + json.dumps(results), flush=True)

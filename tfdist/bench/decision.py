@@ -18,7 +18,7 @@ way to train by examples per second:
 Then it adds the batch and learning-rate scaling, the communication settings
 (pack size, float16 gradients) and what to change in the input pipeline.
 `tfdist.bench.advice_check` holds an advice to a longer measurement of every
-way it ranked; `tfdist.bench.advise` measures and advises (`tfdist.advise`).
+way it ranked; `tfdist.bench.advice` measures and advises (`tfdist.advise`).
 
 Example:
 

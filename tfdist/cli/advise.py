@@ -18,7 +18,7 @@ About 30 s on 2 cores, 50 s with --workers 2 (the compute-bound convnet: 2
 minutes). Then `tfdist.bench.decision` ranks the ways by examples/s, measured
 or predicted with the α-β model of `tfdist scale`, and says why, with the
 batch, learning-rate, communication, memory and input settings. The measuring
-is `tfdist.bench.advise` (`tfdist.advise` in Python); this main parses flags
+is `tfdist.bench.advice` (`tfdist.advise` in Python); this main parses flags
 and prints.
 
 --model is `cnn` (the default job's), `convnet`, `mlp` (see `tfdist scale`),
@@ -73,9 +73,9 @@ _OUTPUT = flags.DEFINE_string("output", None, "Write the advice and measurements
 
 def main(argv):
   del argv
-  from tfdist.bench import advise  # Deferred: `tfdist advise --help` loads nothing.
+  from tfdist.bench import advice  # Deferred: `tfdist advise --help` loads nothing.
   try:
-    options = advise.AdviseOptions(
+    options = advice.AdviseOptions(
         model=_MODEL.value, data=_DATA.value, batch_size=_BATCH_SIZE.value,
         workers=_WORKERS.value, devices_per_worker=_DEVICES_PER_WORKER.value,
         colocated=_COLOCATED.value, memory_per_device_gb=_MEMORY_PER_DEVICE.value,
@@ -83,11 +83,11 @@ def main(argv):
         learning_rate=_LEARNING_RATE.value, micro_batches=_MICRO_BATCHES.value,
         steps=_STEPS.value, repeats=_REPEATS.value, timeout=_TIMEOUT.value,
         check=_CHECK.value, check_longer=_CHECK_LONGER.value)
-    result = advise.run(options)
+    result = advice.run(options)
   except ValueError as e:  # A bad --model or --data, before anything is measured.
     print(f"tfdist advise: {e}", file=sys.stderr)
     return 2
-  except advise.MeasurementError as e:
+  except advice.MeasurementError as e:
     print(f"tfdist advise: {e}", file=sys.stderr)
     return 1
   print(f"\n{result.advice}\n\nmeasured in {result.seconds:.0f} s.")

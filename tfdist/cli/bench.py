@@ -203,7 +203,7 @@ def _scaling() -> dict:
 
 def _advise() -> dict:
   results, rows = {}, []
-  from tfdist.bench import advise
+  from tfdist.bench import advice
   for entry in _ADVISE_CASES.value:
     model, batch, *memory = entry.split(":")
     options = {"batch_size": int(batch), "workers": 2, "check": True}
@@ -211,8 +211,8 @@ def _advise() -> dict:
       options["memory_per_device_gb"] = float(memory[0])
     print(f"\nAdvise: {model} {options} ...", flush=True)
     try:
-      out = advise.advise(model, **options).as_dict()
-    except (ValueError, advise.MeasurementError) as e:
+      out = advice.advise(model, **options).as_dict()
+    except (ValueError, advice.MeasurementError) as e:
       print(f"  failed: {e}")
       continue
     check = out["check"]

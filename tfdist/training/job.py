@@ -27,7 +27,7 @@ from tfdist import keras_support
 from tfdist.training import loop as loop_lib
 from tfdist.training import precision
 from tfdist.training import scaling
-from tfdist.training import export
+from tfdist.training import saved_model
 from tfdist.training import sidecar
 from tfdist import strategies
 from tfdist.training import timing
@@ -238,7 +238,7 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
     checkpoints.save_model(model, os.path.join(config.checkpoint_dir, MODEL_FILE), strategy)
   export_path = None
   if config.export_dir:
-    export_path = export.export(model, config.export_dir, strategy=strategy, model_fn=model_fn)
+    export_path = saved_model.export(model, config.export_dir, strategy=strategy, model_fn=model_fn)
   if config.dataset_fn is None:
     # Evaluate on a plain copy: the same numbers for every strategy, PSS included.
     evaluator = model_fn()

@@ -1,4 +1,4 @@
-"""tfdist.bench.advise (`tfdist.advise`): real measuring processes on this machine.
+"""tfdist.bench.advice (`tfdist.advise`): real measuring processes on this machine.
 
 The decision table's branches are in tests/bench/test_decision.py; here the
 library measures for real (few steps: the numbers are not what is tested).
@@ -7,7 +7,7 @@ library measures for real (few steps: the numbers are not what is tested).
 import pytest
 
 import tfdist
-from tfdist.bench import advise
+from tfdist.bench import advice
 
 # bench.models.mlp: 784-512-512-10.
 MLP_WEIGHTS = 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10
@@ -17,7 +17,7 @@ FAST = {"steps": 5, "repeats": 1}
 def test_a_model_too_big_for_one_device_is_advised_model_parallelism_measured_here():
   result = tfdist.advise("mlp", devices_per_worker=2, memory_per_device_gb=0.008,
                          timeout=300, **FAST)
-  assert isinstance(result, advise.AdviseResult)
+  assert isinstance(result, advice.AdviseResult)
   advice, measured = result.as_dict()["advice"], result.as_dict()["measurements"]
   assert advice["pick"]["name"] == "model_parallel (2 devices, 4 micro-batches)"
   assert sorted(measured["step"]) == ["central_storage", "mirrored", "model_parallel",
@@ -36,7 +36,7 @@ def test_a_model_too_big_for_one_device_is_advised_model_parallelism_measured_he
 def test_a_failing_measurement_stops_the_advice_with_its_reason(tmp_path):
   broken = tmp_path / "broken_model.py"
   broken.write_text("def model_fn():\n  raise RuntimeError('no weights for you')\n")
-  with pytest.raises(advise.MeasurementError,
+  with pytest.raises(advice.MeasurementError,
                      match=r"(?s)the local measurement on \d+ device\(s\) failed \(exit code 1\)"
                            r".*no weights for you"):
     tfdist.advise(str(broken), timeout=120, **FAST)

@@ -1,4 +1,4 @@
-"""tfdist.training.export: a SavedModel for serving, written once, from any strategy."""
+"""tfdist.training.saved_model: a SavedModel for serving, written once, from any strategy."""
 
 import json
 import os
@@ -11,7 +11,7 @@ import pytest
 import helpers
 import tfdist
 from tfdist import keras
-from tfdist.training import export
+from tfdist.training import saved_model
 
 X = np.random.default_rng(0).random((9, 8, 8, 1)).astype("float32")
 
@@ -49,7 +49,7 @@ def test_single_machine_strategies_export_what_predict_gives(tmp_path, name):
       model.compile(optimizer="sgd", loss="mse")
     # Moves the batch-norm statistics (whole batches: see docs/known_issues.md).
     model.fit(X[:8], np.zeros((8, 10), "float32"), batch_size=8, epochs=1, verbose=0)
-    path = export.export(model, str(tmp_path / package.__name__))
+    path = saved_model.export(model, str(tmp_path / package.__name__))
     assert path == str(tmp_path / package.__name__ / "1")
     assert os.listdir(tmp_path / package.__name__) == ["1"]  # No partial folder left.
     # The model called directly reads each variable as saved: batch-norm statistics
@@ -60,22 +60,22 @@ def test_single_machine_strategies_export_what_predict_gives(tmp_path, name):
 
 def test_versions_are_numbered_and_never_overwritten(tmp_path):
   model = classifier()
-  assert export.export(model, str(tmp_path)).endswith("/1")
-  assert export.export(model, str(tmp_path)).endswith("/2")
-  assert export.export(model, str(tmp_path), version=10).endswith("/10")
-  assert export.next_version(str(tmp_path)) == 11
+  assert saved_model.export(model, str(tmp_path)).endswith("/1")
+  assert saved_model.export(model, str(tmp_path)).endswith("/2")
+  assert saved_model.export(model, str(tmp_path), version=10).endswith("/10")
+  assert saved_model.next_version(str(tmp_path)) == 11
   with pytest.raises(ValueError, match=r"Version 2 exists already in .*a served version is "
                      r"never overwritten.*Received: version=2"):
-    export.export(model, str(tmp_path), version=2)
+    saved_model.export(model, str(tmp_path), version=2)
   with pytest.raises(ValueError, match=r"`version` must be an integer >= 1.*Received: "
                      r"version='3'"):
-    export.export(model, str(tmp_path), version="3")
+    saved_model.export(model, str(tmp_path), version="3")
 
 
 def test_a_failed_export_leaves_no_version_and_no_partial_folder(tmp_path):
   unbuilt = keras.Sequential([keras.layers.Dense(2)])  # Nothing to trace a signature from.
   with pytest.raises(ValueError):
-    export.export(unbuilt, str(tmp_path))
+    saved_model.export(unbuilt, str(tmp_path))
   assert os.listdir(tmp_path) == []
 
 

@@ -48,8 +48,8 @@ from tfdist.launch import local
 logger = logging.getLogger("tfdist")
 
 # The measuring processes run this, with the task, the options as JSON and the result's path.
-_TASK_CODE = ("import sys; from tfdist.bench import advise; "
-              "sys.exit(advise.task_main(sys.argv[1:]))")
+_TASK_CODE = ("import sys; from tfdist.bench import advice; "
+              "sys.exit(advice.task_main(sys.argv[1:]))")
 TASKS = ("local", "worker", "input")
 _NOT_THE_WRITER = object()  # A task whose result another task of its cluster writes.
 
