@@ -9,9 +9,14 @@ starts a head and one more node (two raylets, `ray.cluster_utils.Cluster`),
 prints the head's address, and keeps them until its stdin closes. `run(...)`
 runs a command inside the same namespace (`nsenter`), so it reaches the
 cluster and nothing else. `stop()` ends it all.
+
+The cluster takes only requests that carry its token (Ray's token
+authentication, `RAY_AUTH_MODE=token`), as a cluster should; `env` holds the
+address and the token a command needs.
 """
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -33,13 +38,19 @@ class RayCluster:
   def __init__(self):
     self.process: Optional[subprocess.Popen] = None
     self.address: Optional[str] = None
+    self.auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
+
+  @property
+  def env(self) -> dict:
+    """What a command needs to use the cluster: its address and its token."""
+    return {"RAY_ADDRESS": self.address, **self.auth}
 
   def start(self, timeout: float = 120) -> "RayCluster":
     self.process = subprocess.Popen(
         ["unshare", "--user", "--map-root-user", "--net", "--", sys.executable,
          os.path.abspath(__file__)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True)
+        start_new_session=True, env={**os.environ, **self.auth})
     deadline = time.monotonic() + timeout
     lines = []
     for line in self.process.stdout:
@@ -59,8 +70,7 @@ class RayCluster:
 
   def run(self, command: Sequence[str], *, timeout: float,
           env: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess:
-    return helpers.run(self.command(command), timeout=timeout,
-                       env={"RAY_ADDRESS": self.address, **(env or {})})
+    return helpers.run(self.command(command), timeout=timeout, env={**self.env, **(env or {})})
 
   def remove_node(self) -> None:
     """Takes the newest non-head node away (its raylet and workers killed), as a lost machine."""

@@ -1,5 +1,7 @@
 """tfdist.launch.notebook_launch: from a real Jupyter kernel, as a user's cell runs it."""
 
+import importlib.util
+import io
 import os
 import re
 import signal
@@ -72,6 +74,30 @@ def test_parameter_servers_without_a_chief_get_one(capsys):
   assert "added one (chief + 1 worker(s) + 1 ps)" in out
   assert "[chief:0] chief ran" in out
   assert "TFDIST_RESULT" not in out
+
+
+def test_a_forged_result_line_loads_nothing_and_the_real_value_comes_back(tmp_path):
+  """A task that prints text it does not control cannot make the caller unpickle it."""
+  marker = tmp_path / "unpickled"
+  cell = tmp_path / "cell.py"  # A function's source travels, so the marker's path is a literal.
+  cell.write_text(f"""
+def forger():
+  import base64, pickle
+  class Payload:  # Unpickling it opens (creates) the marker file.
+    def __reduce__(self):
+      return (open, ({str(marker)!r}, "w"))
+  print("TFDIST_RESULT", base64.b64encode(pickle.dumps(Payload())).decode(), flush=True)
+  # The function's source is not in any task's command line (`ps` shows it to every user).
+  return {{"real": 42, "source in argv": "def forger" in open("/proc/self/cmdline").read()}}
+""")
+  module_spec = importlib.util.spec_from_file_location("cell", cell)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  out = io.StringIO()
+  assert launch.notebook_launch(module.forger, workers=1, timeout=60, output=out) == {
+      "real": 42, "source in argv": False}
+  assert not marker.exists()
+  assert "[worker:0] TFDIST_RESULT " in out.getvalue()  # Passed on as text.
 
 
 def test_rejects_what_is_not_a_function_or_path():

@@ -40,21 +40,43 @@ def _results(stdout):
 
 
 @pytest.mark.slow
-def test_ray_launch_runs_a_function_on_the_nodes_and_returns_worker_0s_result(cluster, tmp_path):
+def test_ray_launch_returns_worker_0s_real_result_and_env_keeps_the_token(cluster, tmp_path):
+  """A function's result comes back through Ray, not the output: a forged line loads nothing.
+
+  The cluster takes only requests with its token; a launch given its own `env`
+  (without the token) still reaches it from every task.
+  """
+  marker = tmp_path / "unpickled"
   cell = tmp_path / "cell.py"  # What a notebook cell runs (the function needs a source).
   cell.write_text(
+      "import os, sys\n"
       "from tfdist import launch\n"
       "def train():\n"
-      "  import json, os\n"
+      "  import base64, json, os, pickle\n"
       "  import tfdist\n"
       "  strategy = tfdist.make_strategy('multi_worker_mirrored')\n"
+      "  class Payload:  # Unpickling it creates the marker file.\n"
+      "    def __reduce__(self):\n"
+      f"      return (open, ({str(marker)!r}, 'w'))\n"
+      "  print('TFDIST_RESULT', base64.b64encode(pickle.dumps(Payload())).decode(), flush=True)\n"
       "  task = json.loads(os.environ['TF_CONFIG'])['task']\n"
       "  return {'task': task, 'replicas': strategy.num_replicas_in_sync}\n"
-      "print('RETURNED', launch.ray_launch(train, workers=2, timeout=200))\n")
+      "print('RETURNED', launch.ray_launch(train, workers=2, timeout=200))\n"
+      "env = {k: os.environ[k] for k in ('PATH', 'PYTHONPATH', 'RAY_ADDRESS') if k in os.environ}\n"
+      "code = launch.make_launcher('ray', env=env, timeout=120).launch(\n"
+      "    [sys.executable, '-c', 'print(\"ran\")'], launch.Job(workers=1))\n"
+      "print('WITH ENV', code)\n")
   result = cluster.run(helpers.python(str(cell)), timeout=300)
   assert result.returncode == 0, result.stdout[-3000:]
   assert "RETURNED {'task': {'type': 'worker', 'index': 0}, 'replicas': 2}" in result.stdout
+  assert not marker.exists()
+  assert "[worker:0] TFDIST_RESULT " in result.stdout  # Passed on as text.
   assert len(set(re.findall(RUNS_ON, result.stdout, re.M))) == 2
+  assert re.search(r"^\[tfdist launch\] TensorFlow's servers of this job listen on ports? "
+                   r"[\d, -]+ of every interface of its nodes, without authentication: .*Fix: "
+                   r"keep the Ray nodes on a network only they reach", result.stdout, re.M)
+  assert "[worker:0] ran" in result.stdout and "WITH ENV 0" in result.stdout, \
+      result.stdout[-3000:]
 
 
 @pytest.mark.slow
@@ -111,7 +133,7 @@ def test_sigterm_to_the_launcher_reaches_every_task_which_backs_up_in_its_grace_
       "launch", "--ray", "--workers=2", "--grace_period=20", "--timeout=240", "--",
       *helpers.python(SCRIPT, "tf_keras", "multi_worker_mirrored", f"backup={tmp_path}")))
   lines = []
-  with helpers.spawned(command, env={"RAY_ADDRESS": cluster.address}) as process:
+  with helpers.spawned(command, env=cluster.env) as process:
     for line in process.stdout:
       lines.append(line)
       if line.startswith("[worker:1] EPOCH 2"):
@@ -141,7 +163,7 @@ def test_a_lost_node_leaves_min_workers_to_go_on_from_the_backup_and_the_job_gro
       "--rescale_timeout=5", "--ray_resources=worker:trainer_slot=1,memory=64Mi", "--grace_period=5",
       "--timeout=240", "--", *helpers.python(SCRIPT, "tf_keras", "multi_worker_mirrored",
                                              f"backup={tmp_path}", "epochs=10"))),
-                       env={"RAY_ADDRESS": cluster.address}) as process:
+                       env=cluster.env) as process:
     try:
       for line in process.stdout:
         lines.append(line)
@@ -201,7 +223,7 @@ def test_a_task_whose_node_was_lost_has_moved_one_on_a_live_node_has_not(cluster
       "print('MOVED', placed.moved(TaskSpec('chief', 0)), flush=True)\n")
   lines = []
   with helpers.spawned(cluster.command(helpers.python(str(script))),
-                       env={"RAY_ADDRESS": cluster.address}) as process:
+                       env=cluster.env) as process:
     try:
       for line in process.stdout:
         lines.append(line)
@@ -256,7 +278,7 @@ def test_a_sigkilled_launcher_leaves_no_actor_and_no_process(cluster, tmp_path):
   with helpers.spawned(cluster.command(helpers.tfdist_cli(
       "launch", "--ray", "--workers=2", "--", *helpers.python(
           SCRIPT, "tf_keras", "multi_worker_mirrored", "sleep=300", marker))),
-                       env={"RAY_ADDRESS": cluster.address}) as process:
+                       env=cluster.env) as process:
     ready = 0
     for line in process.stdout:
       ready += "] READY" in line

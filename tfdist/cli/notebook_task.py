@@ -1,30 +1,35 @@
-"""One task of `notebook_launch`: `python -m tfdist.cli.notebook_task NAME SOURCE`.
+"""One task of `notebook_launch`: `python -m tfdist.cli.notebook_task`.
 
-Runs the function NAME defined in SOURCE (a notebook cell's function, from
-its source: tasks are fresh processes). On the task that ends the job (the
-chief, else worker 0) it prints what the function returned, pickled, on one
-line that `notebook_launch` takes out of the cell's output and returns.
+Runs the function `TFDIST_FUNCTION` defined in `TFDIST_FUNCTION_SOURCE` (a
+notebook cell's function, from its source: tasks are fresh processes; the
+source comes in the environment, which only its user can read, not in argv,
+which `ps` shows to everyone). The task named in `TFDIST_RESULT_TASK` (the
+chief, else worker 0) writes what the function returned, pickled, to the new
+file `TFDIST_RESULT_FILE`, in a folder the launch made for it; nothing it
+prints is taken as a result.
 """
 
-import base64
 import json
 import os
 import pickle
 import sys
 
-from tfdist.launch import notebook
+from tfdist.launch import result_channel
 
 
 def main(argv) -> int:
-  name, source = argv[1:3]
+  del argv  # Everything comes in the environment.
+  # Taken out, so that the function's own subprocesses do not inherit them.
+  name = os.environ.pop(result_channel.FUNCTION_ENV)
+  source = os.environ.pop(result_channel.SOURCE_ENV)
+  result_task = os.environ.pop(result_channel.RESULT_TASK_ENV, None)
+  result_file = os.environ.pop(result_channel.RESULT_FILE_ENV, None)
   namespace = {"__name__": "__main__"}
   exec(compile(source, f"<{name}>", "exec"), namespace)  # pylint: disable=exec-used
   result = namespace[name]()
-  config = json.loads(os.environ.get("TF_CONFIG", "{}"))
-  task, jobs = config.get("task", {}), config.get("cluster", {})
-  if (task.get("type"), task.get("index")) == (("chief", 0) if "chief" in jobs else ("worker", 0)):
-    print(f"{notebook.RESULT_MARKER} {base64.b64encode(pickle.dumps(result)).decode()}",
-          flush=True)
+  task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+  if result_file and f"{task.get('type')}:{task.get('index')}" == result_task:
+    result_channel.write(result_file, pickle.dumps(result))
   return 0
 
 

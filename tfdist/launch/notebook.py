@@ -5,43 +5,15 @@ or `ray_launch`); a function's return value on the task that ends the job
 (the chief, else worker 0) comes back to the cell.
 """
 
-import base64
 import inspect
 import os
-import pickle
-import re
 import sys
 import textwrap
 from typing import Any, Optional, Sequence, TextIO
 
 from tfdist.launch import launcher
 from tfdist.launch import local
-
-# The line a function's task prints its pickled return value on
-# (`tfdist.cli.notebook_task`); kept from the cell.
-RESULT_MARKER = "TFDIST_RESULT"
-_RESULT_LINE = re.compile(r"^\[(chief:0|worker:0)\] " + RESULT_MARKER + r" (\S+)$")
-
-
-class _KeepResult:
-  """The cell's output, less the result line, which it keeps."""
-
-  def __init__(self, output: TextIO):
-    self.output, self.result, self._partial = output, None, ""
-
-  def write(self, text: str) -> int:
-    self._partial += text
-    *lines, self._partial = self._partial.split("\n")
-    for line in lines:
-      match = _RESULT_LINE.match(line)
-      if match:
-        self.result = pickle.loads(base64.b64decode(match.group(2)))
-      else:
-        self.output.write(line + "\n")
-    return len(text)
-
-  def flush(self) -> None:
-    self.output.flush()
+from tfdist.launch import result_channel
 
 
 def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief: bool = False,
@@ -54,7 +26,12 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
   task. A function runs in fresh processes from its source, so it must be
   self-contained: do its imports inside it (TensorFlow cannot be forked safely).
   What it returns on the task that ends the job (the chief, else worker 0)
-  comes back, pickled, as this call's value.
+  comes back, pickled, as this call's value: that task writes it to a file in
+  a folder this call made for it (mode 0700), never through the output, so a
+  task that prints untrusted text cannot make the cell load anything; the
+  function's source reaches the tasks in their environment, not their
+  command line, which every user of the machine can read with `ps` (see
+  `tfdist.launch.result_channel`).
 
   Example:
 
@@ -84,6 +61,8 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
     TypeError: neither a function nor a path.
     LaunchError: a task failed, timed out, or the cell was interrupted.
   """
+  job = launcher.Job(workers=workers, ps=ps, chief=chief)
+  env = dict(os.environ)
   if callable(function_or_script):
     name = function_or_script.__name__
     try:
@@ -91,24 +70,28 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
     except (OSError, TypeError) as e:
       raise TypeError(f"Cannot read the source of {name!r}; define it in a cell or a file. "
                       f"Received: {function_or_script!r}") from e
-    command = [sys.executable, "-m", "tfdist.cli.notebook_task", name, source]
+    command = [sys.executable, "-m", "tfdist.cli.notebook_task"]
+    env.update({result_channel.FUNCTION_ENV: name, result_channel.SOURCE_ENV: source,
+                result_channel.RESULT_TASK_ENV: result_channel.reporting_task(job)})
   elif isinstance(function_or_script, (str, os.PathLike)):
     command = [sys.executable, os.fspath(function_or_script), *args]
   else:
     raise TypeError("notebook_launch takes a function or a script path. "
                     f"Received: {type(function_or_script).__name__}")
-  job = launcher.Job(workers=workers, ps=ps, chief=chief)
-  kept = _KeepResult(output or sys.stdout)
-  if ray is None:
-    chosen = local.LocalLauncher(timeout=timeout, output=kept)
-  else:
-    from tfdist.launch import ray as ray_lib  # pylint: disable=import-outside-toplevel
-    chosen = ray_lib.RayLauncher(address=ray or None, timeout=timeout, output=kept)
-  code = chosen.launch(command, job)
-  if code != 0:
-    raise local.LaunchError(f"The cluster {job} ended with exit code {code}; see the lines "
-                            f"above. Received: exit code {code}")
-  return kept.result
+  output = output or sys.stdout
+  with result_channel.made() as result_file:
+    if callable(function_or_script):
+      env[result_channel.RESULT_FILE_ENV] = result_file
+    if ray is None:
+      chosen = local.LocalLauncher(timeout=timeout, output=output, env=env)
+    else:
+      from tfdist.launch import ray as ray_lib  # pylint: disable=import-outside-toplevel
+      chosen = ray_lib.RayLauncher(address=ray or None, timeout=timeout, output=output, env=env)
+    code = chosen.launch(command, job)
+    if code != 0:
+      raise local.LaunchError(f"The cluster {job} ended with exit code {code}; see the lines "
+                              f"above. Received: exit code {code}")
+    return result_channel.read(result_file)
 
 
 def ray_launch(function_or_script, *, address: Optional[str] = None, **kwargs) -> Any:

@@ -31,9 +31,11 @@ import json
 import logging
 import os
 import signal
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
@@ -42,9 +44,11 @@ from tfdist import cluster as cluster_lib
 from tfdist.cluster import data_service as data_service_lib
 from tfdist.cluster import elastic
 from tfdist.launch import data_servers
+from tfdist.launch import exposure
 from tfdist.launch import launcher as launcher_lib
 from tfdist.launch import local
 from tfdist.launch import ray_placement
+from tfdist.launch import result_channel
 from tfdist.launch import supervision
 from tfdist.launch import task_keras
 # Public here, where users of the launcher look; defined beside the placement.
@@ -75,6 +79,9 @@ GROW_CHECK_SECONDS = 2.0
 # its environment is the node's own (PATH, CUDA_VISIBLE_DEVICES that Ray sets).
 FORWARDED_PREFIXES = ("TF_", "TFDIST_", "KERAS_")
 FORWARDED = ("PYTHONPATH", "PYTHONUNBUFFERED")
+# Ray's token authentication (Ray >= 2.52): each task's local process connects
+# to the cluster as the launcher did, so it keeps these even when `env` is given.
+AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 
 def import_ray():
@@ -154,6 +161,13 @@ def connect(address: str):
   return ray
 
 
+def with_auth(env: Mapping[str, str],
+              environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+  """`env` plus Ray's authentication settings of `environ` (default os.environ) it lacks."""
+  environ = os.environ if environ is None else environ
+  return {**{k: environ[k] for k in AUTH_VARIABLES if k in environ}, **env}
+
+
 def forwarded(environ: Mapping[str, str]) -> Dict[str, str]:
   """The variables of `environ` a task takes to its node (TF_CONFIG, tfdist's, Keras's...)."""
   return {k: v for k, v in environ.items() if k.startswith(FORWARDED_PREFIXES) or k in FORWARDED}
@@ -169,13 +183,23 @@ class TaskProcess:
     self._process: Optional[subprocess.Popen] = None
     self._lines: List[str] = []
     self._lock = threading.Lock()
+    self._result_folder: Optional[str] = None
 
-  def start(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str]) -> str:
-    """Starts `command` with the node's environment plus `env`; returns where it runs."""
+  def start(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str],
+            reports: bool = False) -> str:
+    """Starts `command` with the node's environment plus `env`; returns where it runs.
+
+    `reports`: the task writes a function's result (`notebook_launch`) to a
+    file in a folder made here for it, which `result` hands back.
+    """
     import ray  # pylint: disable=import-outside-toplevel  Runs on a Ray node.
     # A data worker registers at this node's address (tfdist data_service).
     full_env = {**os.environ, **env,
                 data_service_lib.NODE_ADDRESS_ENV: ray.util.get_node_ip_address()}
+    if reports:
+      self._result_folder = tempfile.mkdtemp(prefix="tfdist-result-")  # Mode 0700.
+      full_env[result_channel.RESULT_FILE_ENV] = os.path.join(self._result_folder,
+                                                              result_channel.NAME)
     if cwd is not None and not os.path.isdir(cwd):
       cwd = None  # Not on this node: the worker's own folder (give absolute paths).
     self._process = subprocess.Popen(
@@ -205,6 +229,19 @@ class TaskProcess:
       code = None  # Lines still coming.
     return lines, code
 
+  def result(self) -> Optional[bytes]:
+    """The pickled result the task wrote (None: none), as bytes; its folder is removed."""
+    if self._result_folder is None:
+      return None
+    try:
+      with open(os.path.join(self._result_folder, result_channel.NAME), "rb") as f:
+        return f.read()  # Not unpickled here: only the caller that asked for it loads it.
+    except FileNotFoundError:
+      return None
+    finally:
+      shutil.rmtree(self._result_folder, ignore_errors=True)
+      self._result_folder = None
+
   def signal(self, signum: int) -> None:
     """Sends `signum` to the task's process group (it and its children)."""
     if self._process is not None:
@@ -216,7 +253,9 @@ def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
   """One task's local end: its actor in its bundle, the lines it prints, its exit code.
 
   SIGTERM and SIGINT are passed on to the task; the return value is its exit
-  code (negative: the signal that killed it).
+  code (negative: the signal that killed it). The task `notebook_launch`
+  named to report has its result carried back in Ray's object store (its
+  node may be another machine) into the file the launcher made for it.
   """
   ray = import_ray()
   ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
@@ -228,8 +267,12 @@ def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
   group = get_placement_group(environ[PLACEMENT_GROUP_ENV])
   actor = ray.remote(TaskProcess).options(
       **ray_placement.bundle_options(group, index, resources), max_restarts=0).remote()
+  result_file = environ.get(result_channel.RESULT_FILE_ENV)
+  reports = bool(result_file) and environ.get(result_channel.RESULT_TASK_ENV) == task
+  env = forwarded(environ)
+  env.pop(result_channel.RESULT_FILE_ENV, None)  # A path here; the actor makes one there.
   try:
-    where = ray.get(actor.start.remote(list(command), forwarded(environ), cwd))
+    where = ray.get(actor.start.remote(list(command), env, cwd, reports))
   except ray.exceptions.RayTaskError as e:  # E.g. the program is not on that node.
     output.write(f"tfdist: could not start {task} on its Ray node: "
                  f"{str(e.cause if hasattr(e, 'cause') else e).splitlines()[-1]}. Check that "
@@ -257,6 +300,10 @@ def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
       output.write(line + "\n")
     output.flush()
     if code is not None:
+      if reports:
+        data = ray.get(actor.result.remote())
+        if code == 0 and data is not None:
+          result_channel.write(result_file, data)
       return code
 
 
@@ -347,8 +394,10 @@ class RayLauncher(launcher_lib.Launcher):
       output.write(f"[tfdist launch] {placement.spec()} on Ray at {address}\n")
       if job.data_workers:
         output.write(f"[tfdist launch] {placement.data_service(self.data_work_dir)}\n")
+      output.write(f"[tfdist launch] {exposure.warning('ray', _ports(placement, job))}\n")
       output.flush()
-      base = dict(os.environ if self.env is None else self.env)
+      # Each task's local process connects to Ray too, with the launcher's credentials.
+      base = with_auth(os.environ if self.env is None else self.env)
       env = {**base, **task_keras.variables(self.keras, base),
              PLACEMENT_GROUP_ENV: placement.group,
              ADDRESS_ENV: ray.get_runtime_context().gcs_address}
@@ -356,6 +405,16 @@ class RayLauncher(launcher_lib.Launcher):
                       self.data_work_dir).run(self.timeout, self.max_restarts)
     finally:
       ray.shutdown()  # The placement group, and any actor left in it, go with it.
+
+
+def _ports(placement: ray_placement.Placement, job: launcher_lib.Job) -> str:
+  """The ports the job's servers take on their nodes, for the launch's warning."""
+  addresses = [a for job_addresses in placement.spec().jobs.values() for a in job_addresses]
+  if job.data_workers:
+    service = placement.data_service()
+    addresses += [service.dispatcher, *service.workers]
+  ports = (a.rpartition(":")[2] for a in addresses)
+  return exposure.ranges(int(p) for p in ports if p.isdigit())
 
 
 class _Cluster(supervision.Cluster):
