@@ -17,7 +17,6 @@ Example (in an absl main):
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from types import ModuleType
@@ -87,33 +86,6 @@ def run_for_result(name: str, module: ModuleType, spec: ClusterSpec, *, timeout:
       shown = " ".join(command(name, module, extra_flags)[1:])
       print(f"tfdist {name}: the {spec.num_workers}-worker cluster failed (exit code {code}); "
             f"run `tfdist launch --workers {spec.num_workers} -- python {shown}` to see why.",
-            file=sys.stderr)
-      return None
-    with open(path) as f:
-      return json.load(f)
-
-
-def run_process_for_result(name: str, module: ModuleType, *, timeout: float,
-                           extra_flags: Sequence[str] = ()) -> Optional[Any]:
-  """Runs `tfdist <name>` with the same flags as one fresh process (no cluster); its result.
-
-  For measurements that need a TF runtime of their own (a device layout is
-  fixed once TF starts). Returns None, after printing the end of its output,
-  when the process fails, times out or writes nothing.
-  """
-  with tempfile.TemporaryDirectory() as workdir:
-    path = os.path.join(workdir, "result.json")
-    full = command(name, module, [*extra_flags, f"--{RESULT_FLAG}={path}"])
-    try:
-      done = subprocess.run(full, capture_output=True, text=True, timeout=timeout)
-      code, output = done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired as e:  # subprocess.run kills the child first.
-      stderr = e.stderr or b""  # Bytes even with text=True, on a timeout.
-      code = f"timeout after {timeout:.0f} s"
-      output = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
-    if code != 0 or not os.path.exists(path):
-      tail = "\n".join(output.splitlines()[-10:])
-      print(f"tfdist {name}: {' '.join(full[3:-1])} failed (exit code {code}):\n{tail}",
             file=sys.stderr)
       return None
     with open(path) as f:
