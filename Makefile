@@ -5,15 +5,27 @@
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
+# checkov, the manifest scanner the Kubernetes tests run, pins packaging<24,
+# which pytest, build and ray cannot use: it lives in a virtualenv of its own,
+# as pipx or its container image would run it in CI. Pinned: a new release
+# brings new checks, which launch/kubernetes/checkov.yaml must answer first.
+CHECKOV := $(VENV)/checkov
+CHECKOV_VERSION := 3.3.30
 
 .PHONY: compare test install slurm docs
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed $(CHECKOV)/.installed
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@
+
+$(CHECKOV)/.installed: Makefile | $(VENV)/.installed
+	$(PYTHON) -m venv $(CHECKOV)
+	$(CHECKOV)/bin/python -m pip install --quiet --upgrade pip
+	$(CHECKOV)/bin/python -m pip install --quiet "checkov==$(CHECKOV_VERSION)"
 	touch $@
 
 compare: install

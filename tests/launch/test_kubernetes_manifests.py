@@ -1,7 +1,10 @@
 """tfdist.launch.kubernetes: manifests whose every pod gets a TF_CONFIG consistent with the spec."""
 
+import copy
+import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -33,8 +36,9 @@ def assert_consistent(configs, spec):
 def test_tfjob_replicas_and_operator_tf_config():
   docs = parse(kubernetes.tfjob("digits", image="img:1", command=COMMAND, workers=2, ps=1,
                                 chief=True, namespace="ml"))
-  (job,) = docs
+  job, policy = docs
   assert job["kind"] == "TFJob" and job["apiVersion"] == "kubeflow.org/v1"
+  assert policy["kind"] == "NetworkPolicy"
   replicas = job["spec"]["tfReplicaSpecs"]
   assert {k: v["replicas"] for k, v in replicas.items()} == {"Chief": 1, "Worker": 2, "PS": 1}
   for replica in replicas.values():
@@ -51,14 +55,16 @@ def test_tfjob_replicas_and_operator_tf_config():
 def test_indexed_jobs_service_and_tf_config():
   docs = parse(kubernetes.indexed_jobs("digits", image="img:1", command=COMMAND, workers=3,
                                        ps=1, chief=True))
-  service, *jobs = docs
+  service, *jobs, policy = docs
   assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
+  assert policy["kind"] == "NetworkPolicy"
   assert service["spec"]["publishNotReadyAddresses"] is True
   assert [j["metadata"]["name"] for j in jobs] == ["digits-chief", "digits-worker", "digits-ps"]
   for job in jobs:
     assert job["spec"]["completionMode"] == "Indexed"
     assert job["spec"]["template"]["spec"]["subdomain"] == "digits"
-    assert job["spec"]["template"]["metadata"]["labels"] == service["spec"]["selector"]
+    assert job["spec"]["template"]["metadata"]["labels"].items() >= \
+        service["spec"]["selector"].items()
   configs = kubernetes.pod_tf_configs(docs)
   assert configs["digits-worker-2"]["cluster"]["worker"][2] == \
       "digits-worker-2.digits.default.svc:2222"
@@ -91,6 +97,7 @@ def test_manifests_carry_no_environment():
     ({"image": ""}, r"`image` is empty"),
     ({"command": "python train.py"}, r"`command` must be a non-empty list"),
     ({"workers": 0}, r"`workers` must be an integer >= 1. Received: workers=0"),
+    ({"run_as_user": 0}, r"`run_as_user` must be a user id >= 1 .*Received: run_as_user=0$"),
 ])
 def test_errors(kwargs, match):
   args = {"name": "digits", "image": "img:1", "command": COMMAND, "workers": 2, **kwargs}
@@ -156,8 +163,8 @@ def _unknown_fields(data, model, path="") -> list:
 
 def test_tfjob_matches_kubeflow_training_api():
   from kubeflow.training import models as kubeflow
-  [doc] = parse(kubernetes.tfjob("digits", image="img:1", command=COMMAND, workers=2, ps=1,
-                                 chief=True))
+  doc, _ = parse(kubernetes.tfjob("digits", image="img:1", command=COMMAND, workers=2, ps=1,
+                                  chief=True))
   assert _unknown_fields(doc, kubeflow.KubeflowOrgV1TFJob) == []
   assert _unknown_fields({"spec": {"runPolicy": {"cleanUpPolicy": "x"}}},
                          kubeflow.KubeflowOrgV1TFJob) == [".spec.runPolicy.cleanUpPolicy"]
@@ -219,7 +226,8 @@ def test_data_workers_add_a_tf_data_service_the_trainers_are_told_of(build):
     assert env["TFDIST_DATA_SERVICE"] == expected and env["TFDIST_DATA_SERVICE_JOB"] == "digits"
   dispatcher = sets["digits-data-dispatcher"]["spec"]["template"]["spec"]
   assert "--work_dir=/var/run/tfdist-data-journal" in dispatcher["containers"][0]["command"]
-  assert dispatcher["volumes"] == [{"name": "journal", "emptyDir": {}}]
+  assert dispatcher["volumes"] == [{"name": "journal", "emptyDir": {}},
+                                   {"name": "tmp", "emptyDir": {}}]
   if build is kubernetes.indexed_jobs:
     import kubernetes_validate
     for version in KUBERNETES_VERSIONS:
@@ -270,9 +278,10 @@ def test_jobset_and_trainjob_are_valid_against_their_api_models_and_kubernetes(
   import kubernetes_validate
   from kubeflow_trainer_api import models
   counts = dict(workers=2, ps=ps, chief=chief, evaluator=evaluator, max_restarts=3)
-  jobset_doc, = parse(jobset.jobset("digits", image="img:1", command=COMMAND, **counts))
+  jobset_doc, _ = parse(jobset.jobset("digits", image="img:1", command=COMMAND, **counts))
   _strictly(models.JobsetV1alpha2JobSet, jobset_doc)
-  runtime, trainjob = parse(jobset.trainjob("digits", image="img:1", command=COMMAND, **counts))
+  runtime, trainjob, _ = parse(jobset.trainjob("digits", image="img:1", command=COMMAND,
+                                                **counts))
   _strictly(models.TrainerV1alpha1ClusterTrainingRuntime, runtime)
   _strictly(models.TrainerV1alpha1TrainJob, trainjob)
   # Every Job template is a valid batch/v1 Job for Kubernetes itself, strictly.
@@ -294,7 +303,7 @@ def test_jobset_and_trainjob_are_valid_against_their_api_models_and_kubernetes(
 
 def test_jobset_restarts_the_whole_job_except_for_a_parameter_server_worker():
   def policies(**counts):
-    doc, = jobset.jobset("digits", image="img:1", command=COMMAND, max_restarts=2, **counts)
+    doc, _ = jobset.jobset("digits", image="img:1", command=COMMAND, max_restarts=2, **counts)
     assert doc["spec"]["failurePolicy"] == {
         "maxRestarts": 2, "rules": [{"name": "restartFromTheBackup", "action": "RestartJobSet"}]}
     return {r["name"]: (r["template"]["spec"]["template"]["spec"]["restartPolicy"],
@@ -306,8 +315,8 @@ def test_jobset_restarts_the_whole_job_except_for_a_parameter_server_worker():
       {"chief": ("Never", 0), "worker": ("OnFailure", kubernetes.BACKOFF_LIMIT),
        "ps": ("Never", 0), "evaluator": ("Never", 0)},
       {"operator": "All", "targetReplicatedJobs": ["chief", "evaluator"]})
-  runtime, trainjob = jobset.trainjob("digits", image="img:1", command=COMMAND, workers=2,
-                                      ps=1, chief=True, max_restarts=2)
+  runtime, trainjob, _ = jobset.trainjob("digits", image="img:1", command=COMMAND, workers=2,
+                                         ps=1, chief=True, max_restarts=2)
   assert runtime["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] == 2
   assert trainjob["spec"]["trainer"]["numNodes"] == 4
   assert trainjob["spec"]["trainer"]["command"] == ["python", "-m", "tfdist", "task", "--",
@@ -343,3 +352,161 @@ def test_an_evaluator_needs_a_kind_that_has_one():
   with pytest.raises(ValueError, match=r"--kubernetes=indexed has no evaluator; use "
                      r"--kubernetes=jobset. Received: evaluator=True$"):
     launcher.launch(COMMAND, launch.Job(workers=2, evaluator=True))
+
+
+# ------------------------------------------------------------- closed and hardened pods
+
+from tfdist.launch import pod_security  # pylint: disable=wrong-import-position
+
+DIGEST_IMAGE = "registry.example.com/tfdist@sha256:" + "0" * 64
+
+
+def _controller_jobs(docs):
+  """The batch/v1 Jobs the JobSet, Trainer v2 and TFJob controllers would make of `docs`.
+
+  Manifest scanners check only Kubernetes' own kinds, not a custom resource's
+  pod template: these Jobs carry those templates, with a TrainJob's
+  `runtimePatches` merged into its runtime's as Trainer v2 merges them.
+  """
+  runtime = next((d for d in docs if d["kind"] == "ClusterTrainingRuntime"), None)
+  jobs = []
+  for doc in docs:
+    name, namespace = doc["metadata"]["name"], doc["metadata"].get("namespace")
+    if doc["kind"] == "TFJob":
+      specs = {t.lower(): {"template": r["template"]}
+               for t, r in doc["spec"]["tfReplicaSpecs"].items()}
+    elif doc["kind"] == "JobSet":
+      specs = {r["name"]: r["template"]["spec"] for r in doc["spec"]["replicatedJobs"]}
+    elif doc["kind"] == "TrainJob":
+      specs = {r["name"]: copy.deepcopy(r["template"]["spec"])
+               for r in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
+      for patch in doc["spec"]["runtimePatches"]:
+        for job in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+          pod, change = specs[job["name"]]["template"], job["template"]["spec"]["template"]
+          pod.setdefault("metadata", {}).setdefault("labels", {}).update(
+              change["metadata"]["labels"])
+          pod["spec"]["securityContext"].update(change.get("spec", {}).get("securityContext", {}))
+      for spec in specs.values():
+        spec["template"]["spec"]["containers"][0].update(
+            image=doc["spec"]["trainer"]["image"], command=doc["spec"]["trainer"]["command"])
+    else:
+      continue
+    jobs += [{"apiVersion": "batch/v1", "kind": "Job",
+              "metadata": {"name": f"{name}-{job}", "namespace": namespace}, "spec": spec}
+             for job, spec in specs.items()]
+  return jobs
+
+
+def _pod_templates(docs):
+  return [d["spec"]["template"] for d in docs + _controller_jobs(docs)
+          if d["kind"] in ("Job", "StatefulSet")]
+
+
+def _every_kind(**kwargs):
+  """(kind, data workers, manifests) for every kind, with and without the tf.data service."""
+  for kind, build in sorted(kubernetes.MANIFESTS.items()):
+    for data_workers in (0, 2):
+      yield kind, data_workers, build("digits", command=COMMAND, workers=2, ps=1, chief=True,
+                                      data_workers=data_workers, data_journal=True, **kwargs)
+
+
+def test_every_pod_of_every_kind_is_labelled_hardened_and_admitted_only_from_its_job():
+  import kubernetes_validate
+  ports = {"tfjob": [(2222, None)], "indexed": [(2222, None)], "jobset": [(2222, 2225)],
+           "trainjob": [(2222, 2225)]}
+  for kind, data_workers, docs in _every_kind(image="img:1", namespace="ml",
+                                              run_as_user=10001):
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector == {"tfdist/job": "digits"}
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": selector}}]
+    assert [(p["port"], p.get("endPort")) for p in rule["ports"]] == \
+        ports[kind] + [(5050, None)] * bool(data_workers), kind
+    templates = _pod_templates(docs)
+    # Chief, worker and ps (a TrainJob's "node" is all three); the tf.data servers.
+    assert len(templates) == (1 if kind == "trainjob" else 3) + 2 * bool(data_workers), kind
+    for template in templates:
+      assert template["metadata"]["labels"].items() >= selector.items(), kind
+      pod = template["spec"]
+      assert pod["automountServiceAccountToken"] is False
+      assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 10001,
+                                        "seccompProfile": {"type": "RuntimeDefault"}}, kind
+      assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
+      for container in pod["containers"]:
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "privileged": False, "readOnlyRootFilesystem": True}
+        assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    for version in KUBERNETES_VERSIONS:
+      version = kubernetes_validate.latest_version() if version == "latest" else version
+      kubernetes_validate.validate(policy, version, strict=True)
+  # Without run_as_user the image's USER stays; without the policy, nothing admits.
+  for kind, _, docs in _every_kind(image="img:1", network_policy=False):
+    assert "NetworkPolicy" not in [d["kind"] for d in docs], kind
+    for template in _pod_templates(docs):
+      assert "runAsUser" not in template["spec"]["securityContext"], kind
+
+
+def _checkov():
+  """checkov's executable: CHECKOV, on PATH, or where `make install` puts it (its own venv)."""
+  for candidate in (os.environ.get("CHECKOV"), shutil.which("checkov"),
+                    os.path.join(sys.prefix, "checkov", "bin", "checkov")):
+    if candidate and os.access(candidate, os.X_OK):
+      return candidate
+  pytest.skip("checkov is not installed: `make install` puts it in .venv/checkov")
+
+
+def test_checkov_finds_nothing_in_any_kind_but_what_its_config_skips(tmp_path):
+  """One checkov run, as in CI, over every kind's printed YAML and a broken control."""
+  from tfdist import launch
+  for kind, data_workers, _ in _every_kind(image=DIGEST_IMAGE):
+    printed = io.StringIO()
+    launcher = launch.make_launcher("kubernetes", kind=kind, image=DIGEST_IMAGE,
+                                    name="digits", namespace="ml", output=printed,
+                                    data_work_dir="journal", run_as_user=10001)
+    launcher.launch(COMMAND, launch.Job(workers=2, ps=1, chief=True,
+                                        data_workers=data_workers))
+    docs = list(yaml.safe_load_all(printed.getvalue()))
+    policy = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    (tmp_path / f"{kind}-{data_workers}.yaml").write_text(printed.getvalue())
+    (tmp_path / f"{kind}-{data_workers}-pods.yaml").write_text(
+        kubernetes.to_yaml(_controller_jobs(docs) + policy))
+  # The control: no policy, and a container without its securityContext.
+  control = kubernetes.indexed_jobs("broken", image=DIGEST_IMAGE, command=COMMAND, workers=1,
+                                    namespace="ml", run_as_user=10001, network_policy=False)
+  del control[1]["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+  (tmp_path / "control.yaml").write_text(kubernetes.to_yaml(control))
+  # Offline: no policies to download, no update check.
+  result = helpers.run([_checkov(), "--config-file", os.path.join(
+      helpers.REPO, "launch", "kubernetes", "checkov.yaml"), "--directory", str(tmp_path),
+      "--output", "json", "--output-file-path", str(tmp_path / "report"), "--skip-download"],
+      timeout=300, env={"CKV_SKIP_PACKAGE_UPDATE_CHECK": "true"})
+  assert result.returncode == 1, result.stdout[-3000:]  # The control's failures.
+  report = json.loads((tmp_path / "report" / "results_json.json").read_text())
+  failed = {(c["file_path"].lstrip("/"), c["check_id"]) for c in report["results"]["failed_checks"]}
+  assert {f for f, _ in failed} == {"control.yaml"}, sorted(failed)
+  assert {"CKV2_K8S_6", "CKV_K8S_20", "CKV_K8S_28"} <= {c for _, c in failed}, sorted(failed)
+  # It did check every kind's pods: the custom resources' through their Jobs.
+  checked = {(c["file_path"].lstrip("/"), c["resource"].split(".")[0])
+             for c in report["results"]["passed_checks"]}
+  for kind, data_workers, _ in _every_kind(image="img:1"):
+    pods = f"{kind}-{data_workers}-pods.yaml" if kind in ("tfjob", "jobset", "trainjob") \
+        else f"{kind}-{data_workers}.yaml"
+    assert (pods, "Job") in checked, (pods, sorted(checked))
+    if data_workers:
+      assert (f"{kind}-{data_workers}.yaml", "StatefulSet") in checked
+  assert report["summary"]["parsing_errors"] == 0
+
+
+def test_network_policy_none_warns_and_run_as_user_reaches_the_pods():
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", "--kubernetes=jobset", "--name=digits", "--image=img:1", "--run_as_user=10001",
+      "--network_policy=none", "--workers=2", "--data_workers=1", "--", *COMMAND), timeout=60)
+  assert result.returncode == 0, result.stdout
+  assert "No NetworkPolicy: any pod that reaches the job's pods on port 2222 and up or 5050 " \
+      "can run code in them" in result.stdout
+  docs = list(yaml.safe_load_all(result.stdout[result.stdout.index("apiVersion"):]))
+  assert "NetworkPolicy" not in [d["kind"] for d in docs]
+  for template in _pod_templates(docs):
+    assert template["spec"]["securityContext"]["runAsUser"] == 10001

@@ -89,6 +89,13 @@ _KUBERNETES = flags.DEFINE_enum("kubernetes", None, sorted(kubernetes.MANIFESTS)
 _IMAGE = flags.DEFINE_string("image", None, "--kubernetes: the container image with your code.")
 _NAME = flags.DEFINE_string("name", "tfdist", "--kubernetes: the job's name (a DNS label).")
 _NAMESPACE = flags.DEFINE_string("namespace", "default", "--kubernetes: the namespace.")
+_RUN_AS_USER = flags.DEFINE_integer(
+    "run_as_user", None, "--kubernetes: the user id the pods run as, for an image whose USER "
+    "is root or unset (pods run as non-root). Default: the image's USER.", lower_bound=1)
+_NETWORK_POLICY = flags.DEFINE_enum(
+    "network_policy", "job", ["job", "none"], "--kubernetes: job: a NetworkPolicy admits "
+    "traffic to the job's pods only from the job's own pods; none: no policy (a warning), "
+    "for a namespace you isolate yourself.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "--slurm: where the sbatch script and the "
                                "job's output go (default: the current directory).")
 _SBATCH_ARGS = flags.DEFINE_multi_string("sbatch", [], "--slurm: an extra #SBATCH directive, "
@@ -155,6 +162,8 @@ def _launcher() -> launch_lib.Launcher:
   if _KUBERNETES.value:
     return launch_lib.make_launcher("kubernetes", kind=_KUBERNETES.value, image=_IMAGE.value,
                                     name=_NAME.value, namespace=_NAMESPACE.value,
+                                    run_as_user=_RUN_AS_USER.value,
+                                    network_policy=_NETWORK_POLICY.value != "none",
                                     keras=_KERAS.value, data_work_dir=_DATA_WORK_DIR.value,
                                     max_restarts=_MAX_RESTARTS.value)
   return launch_lib.make_launcher("local", timeout=_TIMEOUT.value,

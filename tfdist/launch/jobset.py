@@ -24,6 +24,12 @@ TrainJob every pod shares one template, so any pod's loss restarts the
 whole job. With ps tasks the JobSet succeeds when the chief (and the
 evaluator) do: ps and workers stop serving when the chief is done.
 
+Both are closed and hardened as every kind is (`tfdist.launch.pod_security`):
+a NetworkPolicy admits the job's own pods only, on ports 2222 up to 2222 +
+tasks - 1. The runtime's pod template carries the restricted profile (any
+TrainJob's pods); a TrainJob adds its job label and `run_as_user` through
+its `runtimePatches` (manager `tfdist`), since the runtime is shared.
+
 Example:
 
     >>> docs = jobset("mnist", image="me/train:1", command=["python", "train.py"],
@@ -37,6 +43,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from tfdist import cluster as cluster_lib
 from tfdist.cluster import jobset as jobset_environment
 from tfdist.launch import kubernetes
+from tfdist.launch import pod_security
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
@@ -45,12 +52,15 @@ PORT = jobset_environment.DEFAULT_PORT
 # How Trainer v2 finds the container its TrainJob's `trainer` fields patch.
 _TRAINER_STEP = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
 _TASK = ["python", "-m", "tfdist", "task", "--"]
+PATCH_MANAGER = "tfdist"
 
 
 def _checked_counts(name: str, image: str, command: Sequence[str], workers: int, ps: int,
-                    chief: bool, evaluator: bool, max_restarts: int) -> Dict[str, int]:
+                    chief: bool, evaluator: bool, max_restarts: int,
+                    run_as_user: Optional[int]) -> Dict[str, int]:
   """Task type -> count, once the arguments both builders take are checked."""
   kubernetes.check(name, image, command)
+  pod_security.check_run_as_user(run_as_user)
   cluster_lib.check_task_count("max_restarts", max_restarts, 0)
   counts = kubernetes.counts(workers, ps, chief)
   if evaluator:
@@ -81,13 +91,15 @@ def _failure_policy(max_restarts: int) -> dict:
 def jobset(name: str, *, image: str, command: Sequence[str], workers: int, ps: int = 0,
            chief: bool = False, evaluator: bool = False, namespace: str = "default",
            keras: Optional[str] = None, max_restarts: int = 3, data_workers: int = 0,
-           data_journal: bool = False) -> List[dict]:
-  """A JobSet with a replicated job per task type (and the tf.data service's manifests).
+           data_journal: bool = False, run_as_user: Optional[int] = None,
+           network_policy: bool = True) -> List[dict]:
+  """A JobSet with a replicated job per task type, its NetworkPolicy (and the tf.data service's).
 
   Raises:
-    ValueError: a bad name, image, command, count or max_restarts.
+    ValueError: a bad name, image, command, count, max_restarts or run_as_user.
   """
-  counts = _checked_counts(name, image, command, workers, ps, chief, evaluator, max_restarts)
+  counts = _checked_counts(name, image, command, workers, ps, chief, evaluator, max_restarts,
+                           run_as_user)
   env = _label_env() + _job_env(counts, keras, name, namespace, data_workers)
   replicated = []
   for task_type, n in counts.items():
@@ -98,8 +110,10 @@ def jobset(name: str, *, image: str, command: Sequence[str], workers: int, ps: i
     replicated.append({"name": task_type, "replicas": 1, "template": {"spec": {
         "completionMode": "Indexed", "completions": n, "parallelism": n,
         "backoffLimit": kubernetes.BACKOFF_LIMIT if alone else 0,
-        "template": {"spec": {"restartPolicy": "OnFailure" if alone else "Never",
-                              "containers": [container]}}}}})
+        "template": {"metadata": {"labels": pod_security.job_labels(name)},
+                     "spec": pod_security.harden(
+                         {"restartPolicy": "OnFailure" if alone else "Never",
+                          "containers": [container]}, run_as_user=run_as_user)}}}})
   finish = [t for t in (cluster_lib.CHIEF, cluster_lib.EVALUATOR) if t in counts] if ps else []
   docs = [{"apiVersion": JOBSET_API, "kind": "JobSet",
            "metadata": {"name": name, "namespace": namespace,
@@ -109,10 +123,9 @@ def jobset(name: str, *, image: str, command: Sequence[str], workers: int, ps: i
                     "successPolicy": {"operator": "All", **(
                         {"targetReplicatedJobs": finish} if finish else {})},
                     "replicatedJobs": replicated}}]
-  if data_workers:
-    docs += kubernetes.data_service(name, image=image, data_workers=data_workers,
-                                    namespace=namespace, journal=data_journal)
-  return docs
+  return docs + kubernetes.extra_manifests(
+      name, namespace, image=image, task_ports=sum(counts.values()), data_workers=data_workers,
+      data_journal=data_journal, run_as_user=run_as_user, network_policy=network_policy)
 
 
 def training_runtime(*, image: str, max_restarts: int = 3) -> dict:
@@ -127,20 +140,23 @@ def training_runtime(*, image: str, max_restarts: int = 3) -> dict:
                                   "replicas": 1,
                                   "template": {"metadata": {"labels": dict(_TRAINER_STEP)},
                                                "spec": {"backoffLimit": 0, "template": {
-                                                   "spec": {"restartPolicy": "Never",
-                                                            "containers": [container]}}}}}]}}}}
+                                                   "spec": pod_security.harden(
+                                                       {"restartPolicy": "Never",
+                                                        "containers": [container]})}}}}]}}}}
 
 
 def trainjob(name: str, *, image: str, command: Sequence[str], workers: int, ps: int = 0,
              chief: bool = False, evaluator: bool = False, namespace: str = "default",
              keras: Optional[str] = None, max_restarts: int = 3, data_workers: int = 0,
-             data_journal: bool = False) -> List[dict]:
-  """tfdist's `ClusterTrainingRuntime` and a `TrainJob` of every task (and the tf.data service's).
+             data_journal: bool = False, run_as_user: Optional[int] = None,
+             network_policy: bool = True) -> List[dict]:
+  """tfdist's `ClusterTrainingRuntime`, a `TrainJob` of every task, its NetworkPolicy (and the tf.data service's).
 
   Raises:
-    ValueError: a bad name, image, command, count or max_restarts.
+    ValueError: a bad name, image, command, count, max_restarts or run_as_user.
   """
-  counts = _checked_counts(name, image, command, workers, ps, chief, evaluator, max_restarts)
+  counts = _checked_counts(name, image, command, workers, ps, chief, evaluator, max_restarts,
+                           run_as_user)
   # The runtime's container has the labels; the TrainJob adds what is this job's.
   env = _job_env(counts, keras, name, namespace, data_workers)
   docs = [training_runtime(image=image, max_restarts=max_restarts),
@@ -150,11 +166,21 @@ def trainjob(name: str, *, image: str, command: Sequence[str], workers: int, ps:
            "spec": {"runtimeRef": {"name": RUNTIME, "apiGroup": "trainer.kubeflow.org",
                                    "kind": "ClusterTrainingRuntime"},
                     "trainer": {"image": image, "command": _TASK + list(command),
-                                "numNodes": sum(counts.values()), "env": env}}}]
-  if data_workers:
-    docs += kubernetes.data_service(name, image=image, data_workers=data_workers,
-                                    namespace=namespace, journal=data_journal)
-  return docs
+                                "numNodes": sum(counts.values()), "env": env},
+                    "runtimePatches": [_runtime_patch(name, run_as_user)]}}]
+  return docs + kubernetes.extra_manifests(
+      name, namespace, image=image, task_ports=sum(counts.values()), data_workers=data_workers,
+      data_journal=data_journal, run_as_user=run_as_user, network_policy=network_policy)
+
+
+def _runtime_patch(name: str, run_as_user: Optional[int]) -> dict:
+  """The TrainJob's own part of its pods, on the shared runtime: its label, its user id."""
+  pod = {"metadata": {"labels": pod_security.job_labels(name)}}
+  if run_as_user is not None:
+    pod["spec"] = {"securityContext": {"runAsUser": run_as_user}}
+  return {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
+      "replicatedJobs": [{"name": jobset_environment.TRAINJOB_REPLICATED_JOB,
+                          "template": {"spec": {"template": pod}}}]}}}}
 
 
 def pods(docs: List[dict]) -> List[dict]:

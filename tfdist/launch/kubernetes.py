@@ -41,6 +41,13 @@ restarts (not the pod's move to another node: mount a volume of yours
 there for that). Delete the StatefulSets when training is done: servers
 never finish by themselves.
 
+Every kind is closed and hardened (`tfdist.launch.pod_security`): each pod
+carries the label `tfdist/job: <name>`, a NetworkPolicy admits ingress to
+them only from pods of the same job (`network_policy=False`,
+`--network_policy=none`, leaves it out), and every container runs under the
+"restricted" Pod Security profile with a read-only root file system and an
+emptyDir on /tmp (`run_as_user` for an image without a non-root USER).
+
 Example:
 
     >>> docs = indexed_jobs("mnist", image="me/train:1", command=["python", "train.py"],
@@ -49,6 +56,7 @@ Example:
 """
 
 import json
+import logging
 import re
 import sys
 from typing import Dict, List, Optional, Sequence, TextIO
@@ -57,6 +65,7 @@ from tfdist.cluster import data_service as data_service_lib
 from tfdist.cluster import kubernetes as kubernetes_environment
 from tfdist import cluster as cluster_lib
 from tfdist.launch import launcher as launcher_lib
+from tfdist.launch import pod_security
 from tfdist.launch import task_keras
 
 PORT = 2222  # The port the TFJob operator uses; kept the same for Indexed Jobs.
@@ -150,8 +159,11 @@ def data_service_spec(name: str, *, data_workers: int, namespace: str = "default
 
 
 def data_service(name: str, *, image: str, data_workers: int, namespace: str = "default",
-                 journal: bool = False) -> List[dict]:
-  """A headless Service and two StatefulSets: the dispatcher and `data_workers` data workers."""
+                 journal: bool = False, run_as_user: Optional[int] = None) -> List[dict]:
+  """A headless Service and two StatefulSets: the dispatcher and `data_workers` data workers.
+
+  Their pods carry job `name`'s label and are hardened (`pod_security.harden`).
+  """
   service = data_service_spec(name, data_workers=data_workers, namespace=namespace)
   labels = {"app.kubernetes.io/name": f"{name}-data", "app.kubernetes.io/managed-by": "tfdist"}
   server = ["python", "-m", "tfdist", "data_service", f"--port={DATA_PORT}"]
@@ -168,6 +180,7 @@ def data_service(name: str, *, image: str, data_workers: int, namespace: str = "
   for role, replicas, command in (("dispatcher", 1, dispatcher),
                                   ("worker", data_workers, worker)):
     pod_labels = {**labels, "tfdist/data-role": role}
+    template_labels = {**pod_labels, **pod_security.job_labels(name)}
     container = {"name": "tf-data", "image": image, "command": command,
                  "ports": [{"name": "tf-data", "containerPort": DATA_PORT}]}
     volumes = []
@@ -181,9 +194,11 @@ def data_service(name: str, *, image: str, data_workers: int, namespace: str = "
         "spec": {"serviceName": f"{name}-data", "replicas": replicas,
                  "podManagementPolicy": "Parallel",
                  "selector": {"matchLabels": pod_labels},
-                 "template": {"metadata": {"labels": pod_labels},
-                              "spec": {"containers": [container],
-                                       **({"volumes": volumes} if volumes else {})}}},
+                 "template": {"metadata": {"labels": template_labels},
+                              "spec": pod_security.harden(
+                                  {"containers": [container],
+                                   **({"volumes": volumes} if volumes else {})},
+                                  run_as_user=run_as_user)}},
     })
   return docs
 
@@ -200,28 +215,50 @@ def trainer_env(name: str, namespace: str, data_workers: int) -> List[dict]:
 def tfjob(name: str, *, image: str, command: Sequence[str], workers: int, ps: int = 0,
           chief: bool = False, namespace: str = "default",
           keras: Optional[str] = None, data_workers: int = 0,
-          data_journal: bool = False) -> List[dict]:
-  """A Kubeflow TFJob manifest, and the tf.data service's when `data_workers` > 0.
+          data_journal: bool = False, run_as_user: Optional[int] = None,
+          network_policy: bool = True) -> List[dict]:
+  """A Kubeflow TFJob manifest, its NetworkPolicy, and the tf.data service's when `data_workers` > 0.
 
   Raises:
-    ValueError: a bad name, image, command or count.
+    ValueError: a bad name, image, command, count or run_as_user.
   """
   check(name, image, command)
+  pod_security.check_run_as_user(run_as_user)
   specs = {}
   env = trainer_env(name, namespace, data_workers)
   for job, n in counts(workers, ps, chief).items():
     specs[_TFJOB_TYPES[job]] = {
         "replicas": n,
         "restartPolicy": restart_policy(job, ps),
-        "template": {"spec": {"containers": [_container(image, command, keras, env)]}},
+        "template": {"metadata": {"labels": pod_security.job_labels(name)},
+                     "spec": pod_security.harden(
+                         {"containers": [_container(image, command, keras, env)]},
+                         run_as_user=run_as_user)},
     }
   docs = [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
            "metadata": {"name": name, "namespace": namespace},
            "spec": {"runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": BACKOFF_LIMIT},
                     "tfReplicaSpecs": specs}}]
+  return docs + extra_manifests(name, namespace, image=image, task_ports=1,
+                                data_workers=data_workers, data_journal=data_journal,
+                                run_as_user=run_as_user, network_policy=network_policy)
+
+
+def extra_manifests(name: str, namespace: str, *, image: str, task_ports: int,
+                    data_workers: int, data_journal: bool, run_as_user: Optional[int],
+                    network_policy: bool) -> List[dict]:
+  """What every kind adds to its tasks: the tf.data service's manifests, the NetworkPolicy.
+
+  The policy admits the job's own pods to its `task_ports` ports from `PORT`
+  on, and to `DATA_PORT` when a tf.data service runs.
+  """
+  docs = []
   if data_workers:
     docs += data_service(name, image=image, data_workers=data_workers, namespace=namespace,
-                         journal=data_journal)
+                         journal=data_journal, run_as_user=run_as_user)
+  if network_policy:
+    ports = [(PORT, PORT + task_ports - 1)] + ([(DATA_PORT,) * 2] if data_workers else [])
+    docs.append(pod_security.network_policy(name, namespace, ports))
   return docs
 
 
@@ -235,13 +272,15 @@ _INDEXED_COMMAND = (
 def indexed_jobs(name: str, *, image: str, command: Sequence[str], workers: int, ps: int = 0,
                  chief: bool = False, namespace: str = "default",
                  keras: Optional[str] = None, data_workers: int = 0,
-                 data_journal: bool = False) -> List[dict]:
-  """A headless Service plus one Indexed Job per task type (and the tf.data service's).
+                 data_journal: bool = False, run_as_user: Optional[int] = None,
+                 network_policy: bool = True) -> List[dict]:
+  """A headless Service, one Indexed Job per task type, a NetworkPolicy (and the tf.data service's).
 
   Raises:
-    ValueError: a bad name, image, command or count.
+    ValueError: a bad name, image, command, count or run_as_user.
   """
   check(name, image, command)
+  pod_security.check_run_as_user(run_as_user)
   spec = indexed_cluster(name, workers=workers, ps=ps, chief=chief, namespace=namespace)
   labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "tfdist"}
   docs = [{"apiVersion": "v1", "kind": "Service",
@@ -264,22 +303,21 @@ def indexed_jobs(name: str, *, image: str, command: Sequence[str], workers: int,
             # Restarts happen in place, so a pod keeps its name and address.
             "backoffLimit": BACKOFF_LIMIT if restart_policy(job, ps) == "OnFailure" else 0,
             "template": {
-                "metadata": {"labels": dict(labels)},
-                "spec": {
+                "metadata": {"labels": {**labels, **pod_security.job_labels(name)}},
+                "spec": pod_security.harden({
                     "subdomain": name,  # Pod <name>-<job>-<i> resolves under the Service.
                     "restartPolicy": restart_policy(job, ps),
                     "containers": [_container(
                         image, ["/bin/sh", "-c", _INDEXED_COMMAND, "tfdist", *command], keras,
                         env=[{"name": kubernetes_environment.TEMPLATE_ENV, "value": template},
                              *trainer_env(name, namespace, data_workers)])],
-                },
+                }, run_as_user=run_as_user),
             },
         },
     })
-  if data_workers:
-    docs += data_service(name, image=image, data_workers=data_workers, namespace=namespace,
-                         journal=data_journal)
-  return docs
+  return docs + extra_manifests(name, namespace, image=image, task_ports=1,
+                                data_workers=data_workers, data_journal=data_journal,
+                                run_as_user=run_as_user, network_policy=network_policy)
 
 
 def pod_tf_configs(docs: List[dict]) -> Dict[str, dict]:
@@ -330,9 +368,12 @@ class KubernetesLauncher(launcher_lib.Launcher):
   def __init__(self, *, kind: str = "indexed", image: str, name: str = "tfdist",
                namespace: str = "default", output: Optional[TextIO] = None,
                keras: Optional[str] = None, data_work_dir: Optional[str] = None,
-               max_restarts: int = 0):
+               max_restarts: int = 0, run_as_user: Optional[int] = None,
+               network_policy: bool = True):
     if kind not in MANIFESTS:
       raise ValueError(f"`kind` must be one of {sorted(MANIFESTS)}. Received: {kind!r}")
+    pod_security.check_run_as_user(run_as_user)
+    self.run_as_user, self.network_policy = run_as_user, network_policy
     self.kind, self.image, self.name, self.namespace = kind, image, name, namespace
     # The flag, else tf_keras: this machine's environment stays out of manifests.
     self.keras = task_keras.resolve(keras, {})
@@ -353,6 +394,13 @@ class KubernetesLauncher(launcher_lib.Launcher):
                                 workers=job.workers, ps=job.ps, chief=job.chief,
                                 namespace=self.namespace, keras=self.keras,
                                 data_workers=job.data_workers, data_journal=self.data_journal,
-                                **options)
+                                run_as_user=self.run_as_user,
+                                network_policy=self.network_policy, **options)
+    if not self.network_policy:
+      logging.getLogger("tfdist").warning(
+          "No NetworkPolicy: any pod that reaches the job's pods on port %d and up%s can run "
+          "code in them, as TensorFlow's servers have no authentication. Isolate the "
+          "namespace yourself, or drop --network_policy=none.", PORT,
+          f" or {DATA_PORT}" if job.data_workers else "")
     (self.output or sys.stdout).write(to_yaml(docs))
     return 0
