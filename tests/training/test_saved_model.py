@@ -2,6 +2,7 @@
 
 import json
 import os
+import stat
 import re
 import sys
 
@@ -60,6 +61,8 @@ def test_single_machine_strategies_export_what_predict_gives(tmp_path, name):
 
 def test_versions_are_numbered_and_never_overwritten(tmp_path):
   model = classifier()
+  assert saved_model.export(model, str(tmp_path / "exports")).endswith("/1")
+  assert stat.S_IMODE((tmp_path / "exports").stat().st_mode) == 0o700  # Made here: private.
   assert saved_model.export(model, str(tmp_path)).endswith("/1")
   assert saved_model.export(model, str(tmp_path)).endswith("/2")
   assert saved_model.export(model, str(tmp_path), version=10).endswith("/10")

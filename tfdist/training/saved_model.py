@@ -34,6 +34,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
+from tfdist import folders
 from tfdist.training import checkpoints
 from tfdist.internals import keras as keras_internals
 from tfdist.internals import tensorflow as tf_internals
@@ -128,7 +129,7 @@ def export(model, export_dir: str, *, version: Optional[int] = None,
   if is_sharded(model):
     model = _plain_copy(model, model_fn)
   if chief:
-    tf.io.gfile.makedirs(export_dir)
+    folders.makedirs(export_dir)  # Its user's only, where it makes it.
     write_dir = os.path.join(export_dir, f"{_PARTIAL}{version}")
   else:  # Outside export_dir: nothing there but the chief's versions.
     write_dir = tempfile.mkdtemp(prefix="tfdist-export-worker-")

@@ -23,6 +23,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from tfdist import folders
 from tfdist import keras_support
 
 CHECKPOINT_NAME = "ckpt-{epoch}"  # SidecarEvaluator reads the epoch from the suffix.
@@ -74,7 +75,7 @@ def evaluate_checkpoints(model, data, checkpoint_dir: str, *, last_epoch: int,
     # Slots to restore into: the checkpoint holds the training's optimizer state.
     model.optimizer.build(model.trainable_variables)
   log_dir = log_dir or os.path.join(checkpoint_dir, "eval")
-  tf.io.gfile.makedirs(log_dir)
+  folders.makedirs(log_dir)
   x, y = data if isinstance(data, tuple) else (data, None)
   if y is not None:  # SidecarEvaluator passes `data` as `x` alone.
     x = tf.data.Dataset.from_tensor_slices((x, y)).batch(256)
