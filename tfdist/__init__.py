@@ -39,6 +39,7 @@ _EXPORTS = {
     "compress_gradients": ("tfdist.training.compression", "compress_gradients"),
     "export": ("tfdist.training.saved_model", "export"),
     "advise": ("tfdist.bench.advice", "advise"),
+    "bench": ("tfdist.bench", None),
     "cluster": ("tfdist.cluster", None),
     "devices": ("tfdist.devices", None),
     "strategies": ("tfdist.strategies", None),

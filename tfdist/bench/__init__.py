@@ -17,3 +17,21 @@ Every timer here uses `tfdist.training.timing`'s epoch clock, which `tfdist trai
 too. Nothing here asserts a speed; `tfdist bench`, `tfdist scale` and the scripts
 in `benchmarks/` print and save ratios.
 """
+
+import importlib
+
+# Public submodules, loaded on first use: `import tfdist.bench` loads no TensorFlow.
+# `advice` and `advice_check` are reached through `tfdist.advise`.
+_SUBMODULES = ("allreduce", "candidates", "collectives", "decision", "harness", "memory",
+               "models", "overhead", "scale", "scaling_model")
+__all__ = list(_SUBMODULES)
+
+
+def __getattr__(name):
+  if name not in _SUBMODULES:
+    raise AttributeError(f"module 'tfdist.bench' has no attribute {name!r}")
+  return importlib.import_module(f"{__name__}.{name}")
+
+
+def __dir__():
+  return __all__

@@ -1,16 +1,17 @@
 """Clusters: validated specs, the environments they come from, and preflight.
 
 - `spec`: `ClusterSpec`, `TaskSpec`, addresses and the per-task `TF_CONFIG`;
-- `environment`: the `ClusterEnvironment` contract and its resolution order;
-  `vertex` (where TF_CONFIG is absent or partial), `tf_config`, `jobset`
-  (TrainJob, then JobSet pods), `kubernetes` (Indexed Jobs) and `slurm`
-  implement it, in that order;
+- `environment`: the `ClusterEnvironment` contract; `vertex`, `tf_config`,
+  `jobset` (TrainJob and JobSet pods), `kubernetes` (Indexed Jobs) and `slurm`
+  implement it, registered below in the one order `detect` asks them
+  (`available_environments()`);
 - `preflight`: every task reachable, or a clear error in bounded time;
 - `data_service`: where a tf.data service beside the cluster listens;
 - `grace`: a task's seconds between SIGTERM and SIGKILL, as the launcher tells it;
 - `elastic`: the workers a job asked for, when its launcher runs fewer.
 
-Nothing here imports TensorFlow, so launchers and `tfdist doctor` stay light.
+Importing this package imports no TensorFlow, so launchers and `tfdist doctor`
+stay light; only a SLURM step's host list is expanded by TF's own parser, on use.
 
 Example:
 
@@ -24,6 +25,7 @@ from tfdist.cluster.spec import (CHIEF, CLUSTER_TASK_TYPES, EVALUATOR, LOOPBACK_
 from tfdist.cluster import environment
 from tfdist.cluster import jobset
 from tfdist.cluster import kubernetes
+from tfdist.cluster import preflight
 from tfdist.cluster import slurm
 from tfdist.cluster import tf_config
 from tfdist.cluster import vertex
@@ -39,6 +41,7 @@ environment.register(kubernetes.KubernetesEnvironment())
 environment.register(slurm.SLURMEnvironment())
 
 __all__ = ["CHIEF", "CLUSTER_TASK_TYPES", "ClusterEnvironment", "ClusterSpec", "EVALUATOR",
+           "environment", "preflight",
            "LOOPBACK_HOSTS", "PS", "TASK_TYPES", "TF_CONFIG_KEYS", "TaskSpec", "WORKER",
            "available_environments", "check_task_count", "count_workers", "detect", "pick_unused_ports",
            "split_address"]

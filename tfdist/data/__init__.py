@@ -15,5 +15,16 @@
 from tfdist.data.pipeline import (AUTOTUNE, Map, PipelineOptions, build, from_files,
                                   from_tensors, from_tfds, random_crop_and_flip)
 
+import importlib
+
+# Public submodules, loaded on first use (tfds_digits imports TFDS).
+_SUBMODULES = ("digits", "distributed_input", "input_report", "replay", "service", "tfds_digits")
+
 __all__ = ["AUTOTUNE", "Map", "PipelineOptions", "build", "from_files", "from_tensors",
-           "from_tfds", "random_crop_and_flip"]
+           "from_tfds", "random_crop_and_flip", *_SUBMODULES]
+
+
+def __getattr__(name):
+  if name not in _SUBMODULES:
+    raise AttributeError(f"module 'tfdist.data' has no attribute {name!r}")
+  return importlib.import_module(f"{__name__}.{name}")

@@ -26,19 +26,23 @@ from tfdist.launch import kubernetes
 from tfdist.launch import launcher
 from tfdist.launch import local
 from tfdist.launch import pod_security
+from tfdist.launch import private_network
 from tfdist.launch import ray
 from tfdist.launch import slurm
 from tfdist.launch.launcher import Job, Launcher, available_launchers, make_launcher
-from tfdist.launch.local import (GRACE_PERIOD_SECONDS, NETWORKS, TIMEOUT_EXIT_CODE,
+from tfdist.launch.local import (GRACE_PERIOD_SECONDS, NETWORKS, STALL_EXIT_CODE, TIMEOUT_EXIT_CODE,
                                  LaunchError, LocalLauncher, launch_local, must_finish,
                                  task_environment)
 from tfdist.launch.notebook import notebook_launch, ray_launch
+# The folder whose sitecustomize makes `import keras` scripts train under multi-worker
+# strategies: on PYTHONPATH in an image of your own.
+from tfdist.launch.task_keras import SITE_DIR as TASK_SITE_DIR
 
 launcher.register(local.LocalLauncher)
 launcher.register(slurm.SlurmLauncher)
 launcher.register(kubernetes.KubernetesLauncher)
 launcher.register(ray.RayLauncher)
 
-__all__ = ["GRACE_PERIOD_SECONDS", "Job", "LaunchError", "Launcher", "LocalLauncher", "NETWORKS", "TIMEOUT_EXIT_CODE",
+__all__ = ["GRACE_PERIOD_SECONDS", "Job", "LaunchError", "Launcher", "LocalLauncher", "NETWORKS", "STALL_EXIT_CODE", "TASK_SITE_DIR", "TIMEOUT_EXIT_CODE",
            "available_launchers", "launch_local", "make_launcher", "must_finish",
-           "notebook_launch", "ray_launch", "task_environment"]
+           "notebook_launch", "private_network", "ray_launch", "task_environment"]

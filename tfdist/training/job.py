@@ -59,7 +59,7 @@ class TrainConfig:
   export_dir: Optional[str] = None  # A SavedModel for serving: export_dir/<version>.
   # Epoch checkpoints in checkpoint_dir for a sidecar evaluator task (`evaluate_sidecar`).
   evaluator: bool = False
-  compress_gradients: bool = False  # All-reduce in float16 (see gradient_compression).
+  compress_gradients: bool = False  # All-reduce in float16 (tfdist.training.compression).
   precision: str = "float32"  # Or mixed_bfloat16, mixed_float16 (see tfdist.training.precision).
   # The Keras of the default model, "tf_keras" or "keras3"; a model_fn's model
   # is trained with its own Keras, whichever it is.
