@@ -27,6 +27,14 @@ class TestCli:
     assert result.returncode == 127
     assert "Could not start task worker:0" in result.stdout
 
+  def test_two_engines_are_refused_naming_both(self):
+    # Before: --slurm won and --ray was ignored without a word.
+    for flags, named in ((["--slurm", "--ray=127.0.0.1:1"], "--slurm and --ray"),
+                         (["--ray", "--kubernetes=jobset"], "--ray and --kubernetes")):
+      result = helpers.run(helpers.tfdist_cli("launch", *flags, "--", "true"), timeout=60)
+      assert result.returncode == 2, result.stdout
+      assert f"{named} each choose where the job runs: give one of them" in result.stdout
+
   def test_no_command(self):
     result = helpers.run(helpers.tfdist_cli("launch", "--workers=2"), timeout=60)
     assert result.returncode == 2
