@@ -14,6 +14,7 @@ import collections
 import ctypes
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -21,12 +22,16 @@ import time
 from typing import Deque, Dict, List, Mapping, Optional
 
 from tfdist import cluster as cluster_lib
+from tfdist import progress
 from tfdist.cluster import grace
 from tfdist.launch import data_servers
+from tfdist.launch import watchdog as watchdog_lib
 
 _TAIL_LINES = 20
 # Exit code for a cluster stopped by the overall timeout, as timeout(1) uses.
 TIMEOUT_EXIT_CODE = 124
+# Exit code for a job ended by the stall watchdog (tfdist.launch.watchdog).
+STALL_EXIT_CODE = 3
 
 
 class LaunchError(RuntimeError):
@@ -98,8 +103,12 @@ _RESTART = object()
 class Cluster:
   """The processes of one launch, restarted as the failures allow."""
 
-  def __init__(self, command, spec, env, output, grace_period, data_service=None):
+  def __init__(self, command, spec, env, output, grace_period, data_service=None,
+               stall_timeout: float = 0.0):
     self.command, self.spec, self.env, self.output = list(command), spec, env, output
+    self.stall_timeout = stall_timeout  # 0: no watchdog (tfdist.launch.watchdog).
+    self.watchdog: Optional[watchdog_lib.StallWatchdog] = None
+    self.next_stall_check = 0.0
     self.grace_period = grace_period
     self.data_service = data_service
     self.servers: Optional[data_servers.DataServers] = None
@@ -121,10 +130,15 @@ class Cluster:
     if main_thread:
       for sig in (signal.SIGINT, signal.SIGTERM):
         previous[sig] = signal.signal(sig, lambda signum, frame: self.interrupted.append(signum))
+    if self.stall_timeout:
+      self.watchdog = watchdog_lib.StallWatchdog(watchdog_lib.make_directory(),
+                                                 self.stall_timeout)
     try:
       while True:
         try:
           self.tasks = []
+          if self.watchdog is not None:
+            self.watchdog.reset()
           self.prepare_attempt()
           self.tasks += self.start_data_service()
           self.tasks += [self.start(task) for task in self.spec.tasks()]
@@ -135,6 +149,8 @@ class Cluster:
         if code is not _RESTART:
           return code
     finally:
+      if self.watchdog is not None:
+        shutil.rmtree(self.watchdog.directory, ignore_errors=True)
       for sig, handler in previous.items():
         signal.signal(sig, handler)
 
@@ -162,6 +178,8 @@ class Cluster:
     env = task_environment(self.spec, task, self.env)
     # What a backup after SIGTERM must fit in (tfdist.training.checkpoints).
     env[grace.GRACE_PERIOD_ENV] = f"{self.grace_period:g}"
+    if self.watchdog is not None:
+      env[progress.PROGRESS_DIR_ENV] = self.watchdog.directory
     if self.servers is not None:
       env.update(self.servers.environment(self.attempt, os.getpid()))
     return env
@@ -239,6 +257,9 @@ class Cluster:
           return code
       if all(t.process.poll() == 0 for t in self.tasks if t.must_finish):
         return 0
+      code = self._check_stall()
+      if code is not None:
+        return code
       reason = self.planned_restart()
       if reason:
         self.report(f"{reason}; stopping every task (SIGTERM: each backs up in its "
@@ -250,6 +271,27 @@ class Cluster:
                     "stopping every task")
         return TIMEOUT_EXIT_CODE
       time.sleep(0.1)
+
+  def _check_stall(self):
+    """On a stall: every task's stacks, the task to look at; _RESTART or STALL_EXIT_CODE."""
+    now = time.monotonic()
+    if self.watchdog is None or now < self.next_stall_check:
+      return None
+    self.next_stall_check = now + 1.0
+    stall = self.watchdog.check()
+    if stall is None:
+      return None
+    stacks = self.watchdog.stacks(stall.reports)
+    with self.lock:
+      for task, text in sorted(stacks.items()):
+        self.output.write(f"[tfdist launch] {task}'s Python stacks:\n")
+        self.output.writelines(f"[{task}] {line}\n" for line in text.splitlines())
+      self.output.flush()
+    what = (f"stalled: {watchdog_lib.describe(stall)}; "
+            f"{watchdog_lib.culprit(stall, stacks)}")
+    tail = "\n".join(f"  [{t.task}] {line}" for t in self.tasks if not t.server
+                     for line in list(t.tail)[-3:])
+    return self._restart_every_task_or_stop(what, tail, STALL_EXIT_CODE)
 
   def _on_server_exit(self, t: "Supervised"):
     """Handles a tf.data service server that exited: an exit code, or None to go on."""

@@ -10,6 +10,7 @@ from typing import Dict, Optional, Tuple
 
 import tensorflow as tf
 
+from tfdist import progress
 from tfdist.data import replay
 from tfdist.training.loop import runner
 
@@ -76,6 +77,7 @@ class SyncRunner(runner.Loop):
       if kind == "train":
         self.step.assign_add(ran)
         self.input_batches.assign_add(ran)
+        progress.step_done(ran)  # For the launcher's stall watchdog.
         if self._checkpoint_every and ran and \
             int(self.step.numpy()) % self._checkpoint_every < ran:
           self._save()

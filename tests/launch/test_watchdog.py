@@ -1,0 +1,135 @@
+"""tfdist.launch.watchdog: a job whose tasks are alive but stopped moving is named, dumped, ended."""
+
+import os
+import re
+
+import pytest
+
+import helpers
+from tfdist import launch
+from tfdist import progress
+from tfdist.cluster import ClusterSpec
+from tfdist.launch import watchdog
+
+# A faulthandler dump of a task blocked in its input function, beside one waiting in TF.
+BLOCKED = """Thread 0x00007fa65efa56c0 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 327 in wait
+  File "/home/me/train.py", line 27 in wait_forever
+  File "/home/me/train.py", line 34 in read
+  File "/venv/lib/python3.11/site-packages/tensorflow/python/ops/script_ops.py", line 152 in _call
+
+Current thread 0x00007fa730e4fb80 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/tensorflow/python/eager/execute.py", line 53 in quick_execute
+  File "/home/me/train.py", line 52 in <module>
+"""
+WAITING = """Current thread 0x00007fa730e4fb80 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/tensorflow/python/eager/execute.py", line 53 in quick_execute
+  File "/home/me/train.py", line 52 in <module>
+"""
+
+
+def test_the_timeout_is_explicit_else_the_environment_else_a_default_for_two_tasks():
+  assert watchdog.resolve_timeout(7, 2, {watchdog.STALL_TIMEOUT_ENV: "9"}) == 7
+  assert watchdog.resolve_timeout(None, 2, {watchdog.STALL_TIMEOUT_ENV: "9"}) == 9
+  assert watchdog.resolve_timeout(None, 2, {}) == watchdog.DEFAULT_STALL_TIMEOUT
+  assert watchdog.resolve_timeout(None, 1, {}) == 0  # One task waits for nobody.
+  assert watchdog.resolve_timeout(0, 2, {}) == 0
+  with pytest.raises(ValueError, match=r"`TFDIST_STALL_TIMEOUT` must be a number of seconds "
+                     r">= 0 .* Received: TFDIST_STALL_TIMEOUT='soon'"):
+    watchdog.resolve_timeout(None, 2, {watchdog.STALL_TIMEOUT_ENV: "soon"})
+  with pytest.raises(ValueError, match=r"`stall_timeout` must be .* Received: stall_timeout=-1"):
+    watchdog.resolve_timeout(-1, 2, {})
+
+
+def test_the_task_in_code_of_its_own_is_named_not_the_one_waiting_in_tensorflow():
+  assert watchdog.own_code_frames(BLOCKED) == ["wait_forever (/home/me/train.py:27)"]
+  assert watchdog.own_code_frames(WAITING) == []
+  reports = {"worker:0": watchdog.Report(1, 8, 9, progress.STEP, 0.1),
+             "worker:1": watchdog.Report(2, 8, 9, progress.STEP, 0.1)}
+  stall = watchdog.Stall(12, 4, reports)
+  assert watchdog.culprit(stall, {"worker:0": WAITING, "worker:1": BLOCKED}) == (
+      "worker:1 is not waiting inside TensorFlow (a collective waits there): it is in "
+      "wait_forever (/home/me/train.py:27)")
+  assert "every task waits inside TensorFlow at step 8" in watchdog.culprit(
+      stall, {"worker:0": WAITING, "worker:1": WAITING})
+
+
+def test_no_stall_before_any_report_nor_while_one_moves(tmp_path):
+  now = [0.0]
+  dog = watchdog.StallWatchdog(str(tmp_path), timeout=5, clock=lambda: now[0])
+  now[0] = 100
+  assert dog.check() is None  # Nothing reports: a program that never trains is not watched.
+  path = tmp_path / ("worker-0" + progress.PROGRESS_SUFFIX)
+  path.write_text("1 0 1 boundary 0")
+  assert dog.check() is None
+  now[0] += watchdog.BOUNDARY_SECONDS - 1  # A first step may compile for a minute.
+  assert dog.check() is None
+  path.write_text("1 1 2 step 0")
+  assert dog.check() is None
+  now[0] += 4
+  assert dog.check() is None
+  now[0] += 2
+  stall = dog.check()
+  assert stall is not None and stall.limit == 5
+  path.write_text("1 3 4 step 2.0")  # Steps of 2 s: 20 of them fit in the limit.
+  assert dog.check() is None
+  now[0] += 39
+  assert dog.check() is None
+  now[0] += 2
+  assert dog.check().limit == 40
+
+
+def _launch(tmp_path, **kwargs):
+  output = tmp_path / "output"
+  with open(output, "w") as out:
+    code = launch.launch_local(
+        helpers.python(os.path.join(helpers.SCRIPTS, "stall_loop.py"), str(tmp_path)),
+        ClusterSpec.local(workers=2),
+        output=out, timeout=60, stall_timeout=1, grace_period=2, **kwargs)
+  return code, output.read_text()
+
+
+@pytest.mark.slow
+def test_a_stalled_custom_loop_is_dumped_named_and_ended(tmp_path):
+  code, output = _launch(tmp_path)
+  assert code == launch.STALL_EXIT_CODE, output
+  assert "[tfdist launch] worker:1's Python stacks:" in output
+  assert re.search(r"\[worker:1\]   File \".*stall_loop.py\", line \d+ in wait_forever", output)
+  assert re.search(r"stalled: no training step completed anywhere for \d+s .*; worker:1 is "
+                   r"furthest behind: 3 steps, the others up to 5; stopping", output), output
+  assert "] done" not in output
+
+
+@pytest.mark.slow
+def test_a_stalled_job_restarts_under_max_restarts_and_finishes(tmp_path):
+  code, output = _launch(tmp_path, max_restarts=1)
+  assert code == 0, output
+  assert "worker:1 is furthest behind: 3 steps, the others up to 5; restarting every task" \
+      in output
+  assert "[worker:0] done" in output and "[worker:1] done" in output
+
+
+@pytest.mark.slow
+def test_a_worker_blocked_in_its_input_pipeline_is_named_and_the_job_restarts(tmp_path):
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", "--workers=2", "--stall_timeout=4", "--max_restarts=1", "--grace_period=2",
+      "--", *helpers.python(os.path.join(helpers.SCRIPTS, "stall.py"), "block",
+                            str(tmp_path))), timeout=240)
+  assert result.returncode == 0, result.stdout[-4000:]
+  assert re.search(r"\[worker:1\]   File \".*stall.py\", line \d+ in wait_forever",
+                   result.stdout)
+  assert re.search(r"worker:1 is not waiting inside TensorFlow \(a collective waits there\): "
+                   r"it is in wait_forever \(.*stall.py:\d+\); restarting every task",
+                   result.stdout), result.stdout[-4000:]
+  assert len(re.findall(r"\[worker:\d\] final weights", result.stdout)) == 2
+
+
+@pytest.mark.slow
+def test_a_slow_but_moving_worker_gets_no_alarm(tmp_path):
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", "--workers=2", "--stall_timeout=3", "--",
+      *helpers.python(os.path.join(helpers.SCRIPTS, "stall.py"), "slow", str(tmp_path))),
+      timeout=240)
+  assert result.returncode == 0, result.stdout[-4000:]
+  assert "stalled" not in result.stdout
+  assert len(re.findall(r"\[worker:\d\] final weights", result.stdout)) == 2

@@ -1,0 +1,112 @@
+"""Every Keras `fit` of a launched task gets tfdist's callbacks, in scripts that never import tfdist.
+
+The launcher's stall watchdog needs each task's training steps, and an
+unmodified script passes no tfdist callback. `enable_fit_callbacks(make)`
+wraps `Model.fit` of both Kerases (tf_keras's `tf_keras.Model.fit`, Keras 3's
+`keras.Model.fit`: public names, no private code) so that every call gets
+`make(callback_base_class)` appended to its callbacks; `disable_fit_callbacks`
+puts `fit` back. `enable_fit_callbacks_on_import` does it the moment either
+Keras is first imported, for `tfdist launch`'s task site. Gated on the Keras
+versions tested; PATCHES names the public issue: a distributed job that stops
+moving says nothing (tensorflow/tensorflow#35878).
+"""
+
+import functools
+import importlib.abc
+import importlib.machinery
+import logging
+import sys
+from typing import Callable, List
+
+from tfdist.internals import keras as keras_internals
+from tfdist.internals import tf_keras as tf_keras_internals
+from tfdist.internals import versions
+
+logger = logging.getLogger("tfdist")
+
+PATCHES = {"fit_callbacks": "tensorflow/tensorflow#35878"}
+MakeCallbacks = Callable[[type], List[object]]
+_MODULES = ("tf_keras", "keras")
+_originals = {}  # Model class -> its own fit
+
+
+def _tested(module_name: str) -> bool:
+  if module_name == "tf_keras":
+    return versions.check("tf_keras", tf_keras_internals.version(), tf_keras_internals.TESTED,
+                          "tfdist's fit callbacks", PATCHES["fit_callbacks"])
+  return keras_internals.unsupported_reason(keras_internals.keras_version(),
+                                            "multi_worker") is None
+
+
+def _patch(module, make: MakeCallbacks) -> None:
+  model_class = module.Model
+  if model_class in _originals or not _tested(module.__name__):
+    return
+  original = model_class.fit
+  base = module.callbacks.Callback
+  legacy = module.__name__ == "tf_keras"
+
+  @functools.wraps(original)
+  def fit(self, *args, **kwargs):
+    callbacks = kwargs.get("callbacks")
+    if callbacks is None or isinstance(callbacks, (list, tuple)):
+      added = make(base)
+      for callback in added:
+        if legacy:  # Its hooks never read the logs: tf_keras fetches none for them.
+          tf_keras_internals.never_fetch_logs(callback)
+      kwargs["callbacks"] = list(callbacks or []) + added
+    return original(self, *args, **kwargs)
+
+  _originals[model_class] = original
+  model_class.fit = fit
+
+
+def enable_fit_callbacks(make: MakeCallbacks) -> bool:
+  """Appends `make(Callback)` to every `fit` of the Kerases imported so far; whether any is."""
+  for name in _MODULES:
+    if name in sys.modules and hasattr(sys.modules[name], "Model"):
+      _patch(sys.modules[name], make)
+  return bool(_originals)
+
+
+def disable_fit_callbacks() -> None:
+  """Puts each Keras's own `fit` back."""
+  for model_class, original in _originals.items():
+    model_class.fit = original
+  _originals.clear()
+
+
+def enable_fit_callbacks_on_import(make: MakeCallbacks) -> None:
+  """`enable_fit_callbacks(make)` right after `keras` or `tf_keras` is first imported."""
+  sys.meta_path.insert(0, _PatchAfterImport(make))
+
+
+class _PatchAfterImport(importlib.abc.MetaPathFinder):
+  """Wraps a Keras's `fit` once its package has executed; never breaks the import."""
+
+  def __init__(self, make: MakeCallbacks):
+    self.make = make
+    self.waiting = set(_MODULES)
+
+  def find_spec(self, fullname, path=None, target=None):
+    if fullname not in self.waiting:
+      return None
+    spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+    if spec is None or spec.loader is None:
+      return spec
+    execute = spec.loader.exec_module
+    make = self.make
+
+    def exec_module(module):
+      execute(module)
+      # Done once executed: `importlib.util.find_spec` alone (TensorFlow asks) imports nothing.
+      self.waiting.discard(fullname)
+      if not self.waiting and self in sys.meta_path:
+        sys.meta_path.remove(self)
+      try:
+        _patch(module, make)
+      except Exception as e:  # pylint: disable=broad-except  Never break the user's import.
+        logger.warning("tfdist's fit callbacks not added to %s: %r", module.__name__, e)
+
+    spec.loader.exec_module = exec_module
+    return spec

@@ -1,0 +1,255 @@
+"""The stall watchdog: a job whose tasks are alive but no step completes anywhere.
+
+One worker blocked in its input pipeline, a hung file system or a lock, and
+every other worker waits in the all-reduce forever (tensorflow/tensorflow#35878).
+Each task reports its steps to a file in a private directory the launcher owns
+(`tfdist.progress`); `StallWatchdog.check` reads them. The watchdog
+arms when a task first reports (a program that never trains is never
+watched), and a stall is no new report from any task within the limit:
+
+- `timeout` seconds while steps run, or 20 times the slowest task's mean
+  step when that is longer (a job whose steps take minutes);
+- three times that, and at least a minute, after a boundary (start, `fit`,
+  an epoch, evaluation), where the next step may compile.
+
+On a stall `stacks()` has every task dump the Python stack of each of its
+threads (SIGUSR1, `faulthandler`), and `culprit()` names the task to look at:
+one with a thread in code of its own rather than inside TensorFlow (a task
+waiting in a collective sits in TensorFlow), else the one furthest behind.
+
+Example:
+
+    >>> watchdog = StallWatchdog(directory, timeout=300)
+    >>> stall = watchdog.check()      # None while some task moves
+"""
+
+import dataclasses
+import os
+import re
+import tempfile
+import time
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from tfdist import progress
+
+# Seconds without a step anywhere before a job is stalled, unless told.
+DEFAULT_STALL_TIMEOUT = 300.0
+STALL_TIMEOUT_ENV = "TFDIST_STALL_TIMEOUT"
+# How long a boundary's first step (compile, a new iterator) may take: this many
+# timeouts, and at least BOUNDARY_SECONDS (a first compile on a busy machine).
+BOUNDARY_FACTOR = 3.0
+BOUNDARY_SECONDS = 60.0
+# How many mean steps of the slowest task fit in the limit, when that is longer.
+STEP_FACTOR = 20.0
+# Seconds the tasks get to write their stacks after SIGUSR1.
+STACKS_WAIT = 5.0
+
+_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
+_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
+_TFDIST_DIR = os.path.dirname(os.path.abspath(progress.__file__))
+
+
+def resolve_timeout(timeout: Optional[float], num_training_tasks: int,
+                    environ: Optional[Mapping[str, str]] = None) -> float:
+  """Seconds of the watchdog's limit; 0 is off.
+
+  Explicit `timeout`, else `TFDIST_STALL_TIMEOUT`, else DEFAULT_STALL_TIMEOUT
+  for a job of two or more training tasks (one task waits for nobody).
+  """
+  environ = os.environ if environ is None else environ
+  source = "stall_timeout"
+  if timeout is None and environ.get(STALL_TIMEOUT_ENV, "") != "":
+    source, timeout = STALL_TIMEOUT_ENV, environ[STALL_TIMEOUT_ENV]
+    try:
+      timeout = float(timeout)
+    except ValueError:
+      timeout = None
+  if timeout is None and source == STALL_TIMEOUT_ENV:
+    raise ValueError(f"`{STALL_TIMEOUT_ENV}` must be a number of seconds >= 0 (0: no "
+                     f"watchdog). Received: {STALL_TIMEOUT_ENV}={environ[STALL_TIMEOUT_ENV]!r}")
+  if timeout is None:
+    return DEFAULT_STALL_TIMEOUT if num_training_tasks > 1 else 0.0
+  if not isinstance(timeout, (int, float)) or timeout < 0:
+    raise ValueError(f"`{source}` must be a number of seconds >= 0 (0: no watchdog). "
+                     f"Received: {source}={timeout!r}")
+  return float(timeout)
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+  """One task's last progress line."""
+
+  pid: int
+  steps: int
+  events: int
+  phase: str
+  mean_step: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Stall:
+  """No progress anywhere for `seconds` (the limit was `limit`)."""
+
+  seconds: float
+  limit: float
+  reports: Mapping[str, Report]
+
+
+def make_directory() -> str:
+  """A new directory for the tasks' progress files, readable by this user only (0700)."""
+  return tempfile.mkdtemp(prefix="tfdist-progress-")
+
+
+def read_report(path: str) -> Optional[Report]:
+  """The report in `path`, or None if there is none (yet)."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      pid, steps, events, phase, mean = f.read().split()
+    return Report(int(pid), int(steps), int(events), phase, float(mean))
+  except (OSError, ValueError):
+    return None
+
+
+class StallWatchdog:
+  """Watches the progress files in `directory` (see the module doc)."""
+
+  def __init__(self, directory: str, timeout: float, clock=time.monotonic):
+    self.directory, self.timeout, self.clock = directory, timeout, clock
+    self.reset()
+
+  def reset(self) -> None:
+    """Forgets every report and removes the files: a new attempt starts from nothing."""
+    for name in os.listdir(self.directory):
+      os.remove(os.path.join(self.directory, name))
+    self.seen: Dict[str, Tuple[int, float]] = {}  # task -> (events, when it changed)
+
+  def reports(self) -> Dict[str, Report]:
+    """Each task's last report, by task name ('worker:1')."""
+    found = {}
+    for name in sorted(os.listdir(self.directory)):
+      if name.endswith(progress.PROGRESS_SUFFIX):
+        report = read_report(os.path.join(self.directory, name))
+        if report is not None:
+          task_type, _, index = name[:-len(progress.PROGRESS_SUFFIX)].rpartition("-")
+          found[f"{task_type}:{index}"] = report
+    return found
+
+  def check(self) -> Optional[Stall]:
+    """A `Stall` if no task reported anything within the limit, else None."""
+    if not self.timeout:
+      return None
+    now = self.clock()
+    reports = self.reports()
+    for task, report in reports.items():
+      if self.seen.get(task, (None,))[0] != report.events:
+        self.seen[task] = (report.events, now)
+    if not self.seen:
+      return None  # Not armed: nothing reports progress.
+    limit = self.limit(reports)
+    quiet = now - max(when for _, when in self.seen.values())
+    return Stall(quiet, limit, reports) if quiet > limit else None
+
+  def limit(self, reports: Mapping[str, Report]) -> float:
+    """Seconds without progress that make a stall, for these reports."""
+    limit = max([self.timeout] + [STEP_FACTOR * r.mean_step for r in reports.values()])
+    if any(r.phase != progress.STEP for r in reports.values()):
+      limit = max(limit * BOUNDARY_FACTOR, BOUNDARY_SECONDS)
+    return limit
+
+  def stacks(self, reports: Mapping[str, Report], wait: float = STACKS_WAIT) -> Dict[str, str]:
+    """Every reporting task's Python stacks (all threads), by task name."""
+    paths = {}
+    for task, report in reports.items():
+      path = os.path.join(self.directory, progress.file_name(*_split(task)) +
+                          progress.STACKS_SUFFIX)
+      paths[task] = path
+      try:
+        os.kill(report.pid, progress.STACKS_SIGNAL)
+      except (ProcessLookupError, PermissionError):
+        pass
+    # faulthandler writes thread by thread: read once nothing changed for a moment.
+    deadline, texts, settled = self.clock() + wait, {}, 0
+    while self.clock() < deadline and settled < 3:
+      time.sleep(0.2)
+      before, texts = texts, {task: _read(path) for task, path in paths.items()}
+      settled = settled + 1 if texts == before and all(texts.values()) else 0
+    return texts
+
+
+def _read(path: str) -> str:
+  try:
+    with open(path, encoding="utf-8", errors="replace") as f:
+      return f.read()
+  except OSError:
+    return ""
+
+
+def _split(task: str) -> Tuple[str, int]:
+  task_type, _, index = task.rpartition(":")
+  return task_type, int(index)
+
+
+def _is_python(path: str) -> bool:
+  """Python's own modules (threading, queue, ...)."""
+  return path.startswith("<frozen") or path == "???" or (
+      re.search(r"/lib/python3[.\d]*/", path) is not None and "-packages" not in path)
+
+
+def _is_package(path: str) -> bool:
+  """Installed packages (TensorFlow, Keras, ...) and tfdist."""
+  return path.startswith(_TFDIST_DIR + os.sep) or "-packages" + os.sep in path
+
+
+def own_code_frames(stacks: str) -> List[str]:
+  """Per thread in a faulthandler dump, where it is in code of its own, if it is.
+
+  The innermost frame that is neither Python's nor an installed package's:
+  a thread inside TensorFlow (a collective, the input pipeline's C++) has none
+  above TensorFlow's own frames, so it counts only if its innermost frame is
+  the program's.
+  """
+  found, frames = [], []
+
+  def close():
+    for file, line, function in frames:
+      if _is_python(file):
+        continue  # threading's wait, a queue's get: whose call is it?
+      if not _is_package(file):
+        found.append(f"{function} ({file}:{line})")
+      break  # Inside an installed package first: it waits there.
+
+  for text in stacks.splitlines():
+    if _THREAD.match(text):
+      close()
+      frames = []
+    else:
+      match = _FRAME.match(text)
+      if match:
+        frames.append((match.group(1), match.group(2), match.group(3)))
+  close()
+  return found
+
+
+def culprit(stall: Stall, stacks: Mapping[str, str]) -> str:
+  """One line naming the task to look at, and why."""
+  busy = {task: own_code_frames(text) for task, text in stacks.items()}
+  busy = {task: frames for task, frames in busy.items() if frames}
+  if busy and len(busy) < len(stacks):
+    task, frames = sorted(busy.items())[0]
+    return (f"{task} is not waiting inside TensorFlow (a collective waits there): it is in "
+            f"{frames[0]}" + (f" and {len(busy) - 1} more task(s)" if len(busy) > 1 else ""))
+  steps = {task: r.steps for task, r in stall.reports.items()}
+  if steps and min(steps.values()) < max(steps.values()):
+    task = min(steps, key=steps.get)
+    return (f"{task} is furthest behind: {steps[task]} steps, the others up to "
+            f"{max(steps.values())}")
+  return ("every task waits inside TensorFlow at step "
+          f"{max(steps.values()) if steps else 0} (a collective, or an input pipeline's C++ "
+          "code): see each task's stacks above")
+
+
+def describe(stall: Stall) -> str:
+  steps = ", ".join(f"{task} {r.steps}" for task, r in sorted(stall.reports.items()))
+  return (f"no training step completed anywhere for {stall.seconds:.0f}s (the limit: "
+          f"{stall.limit:g}s; steps done: {steps})")
+

@@ -1,0 +1,161 @@
+"""A task's training progress, for the launcher's stall watchdog (no TensorFlow import).
+
+Under `tfdist launch` every task gets `TFDIST_PROGRESS_DIR`, a directory only
+the launcher's user can read (mode 0700). The task site calls
+`install_from_env()` before the user's script runs: the task then
+
+- writes one line to `<dir>/<task>.progress` at every training step (its pid,
+  steps done, progress events, phase, mean seconds per step): one `pwrite`,
+  microseconds, no thread;
+- dumps the Python stack of every thread to `<dir>/<task>.stacks` when it
+  receives SIGUSR1 (`faulthandler`, which works even while the main thread is
+  blocked inside TensorFlow's C++ code).
+
+Keras `fit` reports its steps by itself (both Kerases: the task site adds a
+callback to every `fit`); `tfdist.training.loop` does too. A custom loop calls
+`tfdist.training.step_done()` once per step:
+
+    >>> import tfdist
+    >>> for step in range(3):
+    ...   pass  # train one step
+    ...   tfdist.training.step_done()
+
+Outside a launch (no `TFDIST_PROGRESS_DIR`), `step_done()` only counts.
+"""
+
+import faulthandler
+import json
+import os
+import signal
+import threading
+import time
+from typing import Optional
+
+PROGRESS_DIR_ENV = "TFDIST_PROGRESS_DIR"
+PROGRESS_SUFFIX = ".progress"
+STACKS_SUFFIX = ".stacks"
+# The signal that makes a task dump every thread's stack into its stacks file.
+STACKS_SIGNAL = signal.SIGUSR1
+# Phases a progress line names: training steps run; or a boundary (fit starts,
+# an epoch begins, evaluation), after which the first step may compile.
+STEP, BOUNDARY = "step", "boundary"
+_LINE_WIDTH = 96  # Fixed, so that one pwrite replaces the previous line whole.
+
+
+def file_name(task_type: str, task_index: int) -> str:
+  """The file stem of a task's progress and stacks files, e.g. 'worker-1'."""
+  return f"{task_type}-{task_index}"
+
+
+class _Reporter:
+  """The counters of this process and the file they go to (None: count only)."""
+
+  def __init__(self):
+    self.lock = threading.Lock()
+    self.fd: Optional[int] = None
+    self.steps = 0
+    self.events = 0
+    self.first_step: Optional[float] = None
+    self.phase = BOUNDARY
+
+  def report(self, steps: int, phase: str) -> None:
+    with self.lock:
+      now = time.monotonic()
+      if steps and self.first_step is None:
+        self.first_step = now
+      self.steps += steps
+      self.events += 1
+      self.phase = phase
+      if self.fd is None:
+        return
+      # The mean from the first step on: the first compile is not in it.
+      mean = (now - self.first_step) / (self.steps - 1) if self.steps > 1 else 0.0
+      line = f"{os.getpid()} {self.steps} {self.events} {phase} {mean:.6f}"
+      os.pwrite(self.fd, line.ljust(_LINE_WIDTH - 1).encode() + b"\n", 0)
+
+
+_reporter = _Reporter()
+_stacks_file = None  # Kept open: faulthandler writes to its descriptor.
+
+
+def step_done(steps: int = 1) -> None:
+  """Tells the launcher's watchdog that `steps` training steps just finished.
+
+  One call per step (or per `steps` steps) of a custom training loop; Keras
+  `fit` and `tfdist.training.loop` call it themselves. Cheap: one small write
+  to a local file under a launch, nothing else outside one.
+
+  Example:
+
+      >>> import tfdist
+      >>> tfdist.training.step_done()
+  """
+  _reporter.report(steps, STEP)
+
+
+def boundary() -> None:
+  """Tells the watchdog that the next step may be slow (fit starts, an epoch begins)."""
+  _reporter.report(0, BOUNDARY)
+
+
+def steps_done() -> int:
+  """Steps reported in this process so far."""
+  return _reporter.steps
+
+
+def install(directory: str, task_type: str, task_index: int) -> None:
+  """Reports this process's progress into `directory`, and its stacks on SIGUSR1."""
+  global _stacks_file
+  stem = os.path.join(directory, file_name(task_type, task_index))
+  # Opened by this task, not inherited: a restarted task starts from 0 steps.
+  _reporter.fd = os.open(stem + PROGRESS_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+  _stacks_file = open(stem + STACKS_SUFFIX, "w", encoding="utf-8")
+  faulthandler.register(STACKS_SIGNAL, file=_stacks_file, all_threads=True, chain=False)
+  _reporter.report(0, BOUNDARY)  # Pid first: the launcher can ask for stacks from now on.
+
+
+def install_from_env(environ=None) -> bool:
+  """`install` when the launcher asked for it (`TFDIST_PROGRESS_DIR` and a TF_CONFIG task).
+
+  Never raises: a task whose directory is gone trains unwatched.
+  """
+  environ = os.environ if environ is None else environ
+  directory = environ.get(PROGRESS_DIR_ENV)
+  if not directory:
+    return False
+  try:
+    task = json.loads(environ.get("TF_CONFIG") or "{}").get("task") or {}
+    install(directory, task["type"], int(task["index"]))
+  except (OSError, ValueError, KeyError, TypeError):
+    return False
+  return True
+
+
+def keras_callbacks(base: type) -> list:
+  """The callbacks that report a Keras `fit`'s progress, subclassing `base` (its Callback).
+
+  For either Keras: `base` is `tf_keras.callbacks.Callback` or
+  `keras.callbacks.Callback`; the task site adds them to every `fit`.
+  """
+
+  class StepReporter(base):
+    """Reports each training step, and the boundaries after which a step may compile."""
+
+    async_safe = True  # Keras 3 may call it from its callback thread: it only counts.
+
+    def on_train_begin(self, logs=None):
+      boundary()
+
+    def on_epoch_begin(self, epoch, logs=None):
+      boundary()
+
+    def on_test_begin(self, logs=None):
+      boundary()
+
+    def on_train_batch_end(self, batch, logs=None):
+      step_done()
+
+    def on_test_batch_end(self, batch, logs=None):
+      _reporter.report(0, STEP)  # Evaluation moves too.
+
+  return [StepReporter()]
