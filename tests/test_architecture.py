@@ -130,7 +130,7 @@ INVENTORY = {
     "keras._tfll_initialized", "keras._tfll_keras_version",
     "Dataset._as_serialized_graph",
     # tf_keras.py
-    "tf_keras.src.distribute.distributed_file_utils", "tf_keras.src.engine.base_layer",
+    "tf_keras.src.engine.base_layer",
     "BackupAndRestore._supported_strategies", "BackupAndRestore._training_state",
     "WorkerTrainingState._ckpt_saved_epoch", "WorkerTrainingState._ckpt_saved_batch",
     "BackupAndRestore._current_epoch", "BackupAndRestore._backup",
@@ -148,6 +148,8 @@ INVENTORY = {
     "BackupAndRestore._prev_weights_path", "BackupAndRestore._prev_training_metadata_path",
     "BackupAndRestore._last_batch_seen", "EpochIterator._enumerate_iterator",
     "EpochIterator._num_batches", "TFDatasetAdapter._dataset",
+    # keras_callbacks.py (Keras 3's own callbacks, written once under multi-worker strategies)
+    "keras.src.callbacks", "ModelCheckpoint._save_model", "ModelCheckpoint._get_file_path",
 }
 
 
@@ -225,7 +227,9 @@ def test_every_private_symbol_used_is_in_the_inventory():
   listed_modules = {name for name in INVENTORY if name.startswith(PRIVATE_MODULES)}
   ours = {"_originals", "_assign_originals", "_checkpoint_originals", "_restore_variable_methods",
           "_original", "_may_patch", "_reduce_per_replica", "_one_step_per_execution",
-          "_BACKUP_PATHS", "_EnableAfterImport"}
+          "_BACKUP_PATHS", "_EnableAfterImport",
+          # tfdist's own state on Keras's callbacks (keras_callbacks.py).
+          "_tfdist_log_dirs", "_tfdist_own", "_tfdist_position"}
   unlisted = {u for u in used if u not in listed_attributes | listed_modules | ours}
   assert not unlisted, f"private TF/Keras symbols not in the inventory: {sorted(unlisted)}"
 
@@ -234,10 +238,12 @@ def test_each_internals_patch_is_gated_undoable_and_points_to_its_issue():
   from tfdist.internals import keras as keras_internals
   from tfdist.internals import tensorflow as tf_internals
   from tfdist.internals import tf_keras as tf_keras_internals
-  for module in (keras_internals, tf_internals, tf_keras_internals):
+  from tfdist.internals import keras_callbacks, strategy_watch
+  for module in (keras_internals, tf_internals, tf_keras_internals, keras_callbacks,
+                 strategy_watch):
     low, high = module.TESTED
     assert low <= high and len(low) == 2, module
-  for module in (keras_internals, tf_keras_internals):
+  for module in (keras_internals, tf_keras_internals, keras_callbacks, strategy_watch):
     for name, issue in module.PATCHES.items():
       assert callable(getattr(module, f"enable_{name}")), name
       assert callable(getattr(module, f"disable_{name}")), name
@@ -245,3 +251,64 @@ def test_each_internals_patch_is_gated_undoable_and_points_to_its_issue():
   for name, issue in tf_internals.PATCHES.items():
     assert callable(getattr(tf_internals, name)), name  # A context manager: its exit undoes.
     assert "/" in issue and "#" in issue, (name, issue)
+
+
+# --- layers -----------------------------------------------------------------------
+# docs/architecture.md's layers, top to bottom: a module imports from its own
+# layer or those below it, never from above. A new top-level module or package
+# takes its place here.
+LAYERS = (
+    ("cli",),
+    ("bench",),
+    ("doctor", "training"),
+    ("launch", "strategies", "data"),
+    ("keras_support", "devices", "placement", "cluster", "folders", "progress"),
+    ("internals", "output", "registry"),
+)
+
+
+def _layer(module):
+  top = module.split(".")[1] if module.count(".") else None
+  for depth, names in enumerate(LAYERS):
+    if top in names:
+      return depth
+  return None
+
+
+def test_imports_run_down_the_layers():
+  modules, graph = _graph()
+  unplaced = sorted({m.split(".")[1] for m in modules if m != "tfdist"
+                     and m.split(".")[1] != "__main__" and _layer(m) is None})
+  assert not unplaced, f"top-level modules with no layer in LAYERS: {unplaced}"
+  upward = [f"{m} -> {t}" for m, targets in graph.items() if m != "tfdist" and _layer(m) is not None
+            for t in targets if t != "tfdist" and _layer(t) is not None and _layer(t) < _layer(m)]
+  assert not upward, f"imports up the layers (docs/architecture.md): {upward}"
+
+
+# Methods of TF's and Keras's classes whose names are private, overridden by a
+# tfdist class outside internals/. Each depends on the library's internals as an
+# import would; a new one is a decision, listed here with why.
+OVERRIDES = {
+    # tf_keras asks it whether to call the batch hooks; the SIGTERM check needs them.
+    "tfdist.training.checkpoints.BackupAndRestore._implements_train_batch_hooks",
+}
+
+
+def test_every_override_of_a_private_tf_or_keras_method_is_in_the_inventory():
+  import importlib  # pylint: disable=import-outside-toplevel
+  import inspect  # pylint: disable=import-outside-toplevel
+  found = set()
+  for module, _, _ in _sources():
+    if module.startswith(("tfdist.cli", "tfdist.launch.task_site")) or module.endswith("__main__"):
+      continue  # Mains define flags on import; the task site runs in tasks.
+    loaded = importlib.import_module(module)
+    for cls in vars(loaded).values():
+      if not (inspect.isclass(cls) and cls.__module__ == module):
+        continue
+      for attr in vars(cls):
+        if attr.startswith("_") and not attr.startswith("__") and any(
+            base.__module__.split(".")[0] in ("tensorflow", "keras", "tf_keras")
+            and attr in vars(base) for base in cls.__mro__[1:]):
+          found.add(f"{module}.{cls.__name__}.{attr}")
+  outside = {name for name in found if not name.startswith(INTERNALS)}
+  assert outside == OVERRIDES, f"private TF/Keras methods overridden: {sorted(outside)}"
