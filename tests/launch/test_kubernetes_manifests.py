@@ -470,8 +470,9 @@ def test_checkov_finds_nothing_in_any_kind_but_what_its_config_skips(tmp_path):
     docs = list(yaml.safe_load_all(printed.getvalue()))
     policy = [d for d in docs if d["kind"] == "NetworkPolicy"]
     (tmp_path / f"{kind}-{data_workers}.yaml").write_text(printed.getvalue())
-    (tmp_path / f"{kind}-{data_workers}-pods.yaml").write_text(
-        kubernetes.to_yaml(_controller_jobs(docs) + policy))
+    if _controller_jobs(docs):
+      (tmp_path / f"{kind}-{data_workers}-pods.yaml").write_text(
+          kubernetes.to_yaml(_controller_jobs(docs) + policy))
   # The control: no policy, and a container without its securityContext.
   control = kubernetes.indexed_jobs("broken", image=DIGEST_IMAGE, command=COMMAND, workers=1,
                                     namespace="ml", run_as_user=10001, network_policy=False)
