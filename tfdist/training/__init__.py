@@ -3,6 +3,7 @@
 - `job`: the default training job (`tfdist train`): `TrainConfig` -> `TrainResult`.
 - `loop`: a custom training loop, one runner per kind of strategy (`Loop`).
 - `fit_step`: Keras `fit`'s step with one all-reduce of the gradients.
+- `accumulation`: exact gradient accumulation (`accumulate`, `accumulated_gradients`).
 - `checkpoints`: saving once (the chief), backup and resume, SIGTERM backups.
 - `sidecar`: an evaluator task that evaluates each new checkpoint.
 - `export`: a SavedModel for serving, from a model trained under any strategy.
@@ -18,12 +19,18 @@ package loads no TensorFlow.
 
 import importlib
 
-_SUBMODULES = ("checkpoints", "compression", "export", "fit_step", "job", "loop", "precision",
+_SUBMODULES = ("accumulation", "checkpoints", "compression", "fit_step", "job", "loop", "precision", "saved_model",
                "process", "scaling", "sidecar", "timing", "user_code")
-__all__ = list(_SUBMODULES)
+# Public functions -> their module, loaded on first use as the submodules are.
+_FUNCTIONS = {"accumulate": "accumulation", "accumulated_gradients": "accumulation"}
+__all__ = list(_SUBMODULES) + list(_FUNCTIONS) + ["step_done"]
 
 
 def __getattr__(name):
+  if name == "step_done":  # A custom loop's one call for the launcher's stall watchdog.
+    return importlib.import_module("tfdist.progress").step_done
+  if name in _FUNCTIONS:
+    return getattr(importlib.import_module(f"{__name__}.{_FUNCTIONS[name]}"), name)
   if name not in _SUBMODULES:
     raise AttributeError(f"module 'tfdist.training' has no attribute {name!r}")
   return importlib.import_module(f"{__name__}.{name}")

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from tfdist import keras_support
 from tfdist.internals import tensorflow as tf_internals
-from tfdist.internals import tf_keras as tf_keras_internals
+from tfdist.training import accumulation
 from tfdist.training import checkpoints
 
 logger = logging.getLogger("tfdist")
@@ -106,6 +106,10 @@ class Loop:
       at epoch ends only. Under parameter servers, saves are at epoch ends.
     checkpointed: more objects the checkpoint saves and restores, by name
       (e.g. a counter your `step_fn` keeps); made under `strategy.scope()`.
+    accumulate_steps: the default step computes each replica's batch in this
+      many micro-batches and updates once, with the gradient of the whole
+      global batch (`tfdist.training.accumulation`); batch the data by the
+      global batch of one update.
   """
 
   # Whether the runner's steps call `_check_sigterm` (the parameter-server
@@ -126,7 +130,8 @@ class Loop:
                metrics: Optional[Mapping[str, Callable]] = None,
                step_fn: Optional[StepFn] = None, steps_per_loop: int = 1,
                checkpoint_dir: Optional[str] = None, checkpoint_every: Optional[int] = None,
-               checkpointed: Optional[Mapping[str, object]] = None):
+               checkpointed: Optional[Mapping[str, object]] = None,
+               accumulate_steps: int = 1):
     if step_fn is None and (loss is None or optimizer is None):
       raise ValueError("Loop needs `loss` and `optimizer` for its default step, or a "
                        f"`step_fn`. Received: loss={loss!r}, optimizer={optimizer!r}")
@@ -146,6 +151,11 @@ class Loop:
     self.strategy, self.model, self.loss, self.optimizer = strategy, model, loss, optimizer
     self.metrics = dict(metrics or {})
     self.steps_per_loop = steps_per_loop
+    self.accumulate_steps = accumulation.check_steps(accumulate_steps)
+    if step_fn is not None and accumulate_steps > 1:
+      raise ValueError("`accumulate_steps` applies to the default step; a `step_fn` of your "
+                       "own accumulates with tfdist.training.accumulated_gradients. Received: "
+                       f"step_fn={step_fn!r}, accumulate_steps={accumulate_steps}")
     self._keras3 = keras_support.is_keras3_model(model)
     self._prepare_keras()
     with strategy.scope():
@@ -218,23 +228,56 @@ class Loop:
             for shard in tf_internals.shards(v.value) or [v]]
 
   def _default_step(self, batch):
+    if self.accumulate_steps > 1:
+      return self._accumulating_step(batch)
     x, y = batch[0], batch[1]
     model = self.model
     with tf.GradientTape() as tape:
       y_pred = model(x, training=True)
       per_example = _per_example(self.loss, y, y_pred)
       loss = average_loss(per_example, model.losses)
-      # Under mixed_float16 compile's LossScaleOptimizer scales the loss (each Keras its way).
-      if hasattr(self.optimizer, "get_scaled_loss"):  # tf_keras
-        loss = self.optimizer.get_scaled_loss(loss)
-      elif hasattr(self.optimizer, "scale_loss"):  # Keras 3; apply_gradients unscales.
-        loss = self.optimizer.scale_loss(loss)
+      loss = self._scaled(loss)
     variables = self.trainable_variables
     grads = tape.gradient(loss, variables)
     if hasattr(self.optimizer, "get_unscaled_gradients"):
       grads = self.optimizer.get_unscaled_gradients(grads)
     self.optimizer.apply_gradients(zip(grads, variables))
     return self._sums_of(per_example, y, y_pred)
+
+  def _scaled(self, loss):
+    # Under mixed_float16 compile's LossScaleOptimizer scales the loss (each Keras its way).
+    if hasattr(self.optimizer, "get_scaled_loss"):  # tf_keras
+      return self.optimizer.get_scaled_loss(loss)
+    if hasattr(self.optimizer, "scale_loss"):  # Keras 3; apply_gradients unscales.
+      return self.optimizer.scale_loss(loss)
+    return loss
+
+  def _accumulating_step(self, batch):
+    """The default step in `accumulate_steps` micro-batches, one update (accumulation.py)."""
+    model = self.model
+    local = tf.cast(_batch_size(batch), tf.float32)
+
+    def loss_fn(micro, share):
+      x, y = micro[0], micro[1]
+      y_pred = model(x, training=True)
+      per_example = _per_example(self.loss, y, y_pred)
+      examples = tf.cast(tf.shape(per_example)[0], tf.float32)
+      # The micro-batch's mean weighted by its share of the global batch, and
+      # by its share of the replica's batch the regularization that
+      # average_loss adds once per replica (all of it on an empty replica).
+      loss = tf.math.divide_no_nan(tf.reduce_sum(per_example), examples) * share
+      if model.losses:
+        loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses)) * tf.where(
+            local > 0, tf.math.divide_no_nan(examples, local), 1.0)
+      return self._scaled(loss), self._sums_of(per_example, y, y_pred)
+
+    variables = self.trainable_variables
+    grads, sums = accumulation.accumulated_gradients(batch, self.accumulate_steps, loss_fn,
+                                                     variables, has_aux=True)
+    if hasattr(self.optimizer, "get_unscaled_gradients"):
+      grads = self.optimizer.get_unscaled_gradients(grads)
+    accumulation.apply_gradients(self.optimizer, grads, variables)
+    return sums
 
   def _eval_step(self, batch):
     x, y = batch[0], batch[1]
@@ -386,12 +429,11 @@ class Loop:
       return
     # Every worker saves (a save may read values across workers); only the
     # chief's copy stays (TF's rule, as in tfdist.training.checkpoints).
-    write_dir = tf_keras_internals.write_dirpath(self._checkpoint_dir, self.strategy)
-    if write_dir == self._checkpoint_dir:
-      self._manager.save(checkpoint_number=int(self.step.numpy()))
-      return
-    tf.train.CheckpointManager(self._checkpoint, write_dir, max_to_keep=1).save()
-    tf_keras_internals.remove_temp_dirpath(write_dir, self.strategy)
+    with tf_internals.chief_dir(self._checkpoint_dir, self.strategy) as write_dir:
+      if write_dir == self._checkpoint_dir:
+        self._manager.save(checkpoint_number=int(self.step.numpy()))
+      else:
+        tf.train.CheckpointManager(self._checkpoint, write_dir, max_to_keep=1).save()
 
 
 def _runner_for(strategy) -> Type[Loop]:
