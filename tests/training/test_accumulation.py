@@ -128,3 +128,13 @@ def test_two_workers_accumulate_like_one_device_on_the_whole_batch():
   for run in results["[worker:0"]:
     assert results["[worker:0"][run]["difference"] < 1e-5, results
     assert results["[worker:0"][run]["iterations"] == 8
+
+
+def test_the_default_job_trains_the_same_in_micro_batches():
+  """`tfdist train --accumulate_steps=K`: the job's losses and accuracy as without."""
+  from tfdist.training import job
+  results = [job.train(job.TrainConfig(strategy="one_device", epochs=1, batch_size=256,
+                                       verbose=0, accumulate_steps=steps))
+             for steps in (1, 4)]
+  np.testing.assert_allclose(results[0].losses, results[1].losses, rtol=1e-5)
+  assert results[0].accuracy == results[1].accuracy

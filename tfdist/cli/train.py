@@ -52,6 +52,10 @@ _CROSS_DEVICE_OPS = flags.DEFINE_enum("cross_device_ops", "auto", list(CROSS_DEV
 _COMPRESS_GRADIENTS = flags.DEFINE_bool(
     "compress_gradients", False, "All-reduce gradients in float16 (half the bytes; mirrored "
     "and multi_worker_mirrored).")
+_ACCUMULATE_STEPS = flags.DEFINE_integer(
+    "accumulate_steps", 1, "Compute each global batch in this many micro-batches per replica "
+    "and update once, with the gradient of the whole batch (memory for 1/K of it).",
+    lower_bound=1)
 _PRECISION = flags.DEFINE_enum(
     "precision", "float32", list(precision.POLICIES), "Keras dtype policy: mixed ones compute "
     "in 16 bits and keep float32 variables (mixed_float16 adds loss scaling).")
@@ -219,7 +223,7 @@ def main(argv):
       verbose=_VERBOSE.value, checkpoint_dir=_CHECKPOINT_DIR.value,
       tensorboard_dir=_TENSORBOARD_DIR.value, export_dir=_EXPORT_DIR.value,
       evaluator=_EVALUATOR.value, precision=_PRECISION.value,
-      compress_gradients=_COMPRESS_GRADIENTS.value,
+      compress_gradients=_COMPRESS_GRADIENTS.value, accumulate_steps=_ACCUMULATE_STEPS.value,
       keras=keras, **user)
   spec = cluster_lib.ClusterSpec.from_env()
   if spec is not None and spec.task is not None and spec.task.type == cluster_lib.EVALUATOR:

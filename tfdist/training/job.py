@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from tfdist.training import accumulation
 from tfdist.training import checkpoints
 from tfdist import data
 from tfdist.cluster import elastic
@@ -60,6 +61,8 @@ class TrainConfig:
   # Epoch checkpoints in checkpoint_dir for a sidecar evaluator task (`evaluate_sidecar`).
   evaluator: bool = False
   compress_gradients: bool = False  # All-reduce in float16 (tfdist.training.compression).
+  # Each global batch computed in this many micro-batches, one update (tfdist.training.accumulation).
+  accumulate_steps: int = 1
   precision: str = "float32"  # Or mixed_bfloat16, mixed_float16 (see tfdist.training.precision).
   # The Keras of the default model, "tf_keras" or "keras3"; a model_fn's model
   # is trained with its own Keras, whichever it is.
@@ -222,6 +225,8 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
                     metrics=["accuracy"])
     if config.compress_gradients:
       compression.compress_gradients(model.optimizer)
+    if config.accumulate_steps > 1:  # Before synchronise_once, which then keeps this step.
+      accumulation.accumulate(model, config.accumulate_steps)
     if flavour == keras_support.TF_KERAS:
       fit_step.synchronise_once(model, strategy)
   callbacks = []
@@ -295,7 +300,8 @@ def _fit_with_loop(config, strategy, model, keras, dataset_fn, steps_per_epoch,
                 if config.checkpoint_dir else None)
   loop = loop_lib.Loop(
       strategy, model, loss=keras.losses.get(model.loss), optimizer=model.optimizer,
-      metrics=metrics, steps_per_loop=steps_per_loop, checkpoint_dir=backup_dir)
+      metrics=metrics, steps_per_loop=steps_per_loop, checkpoint_dir=backup_dir,
+      accumulate_steps=config.accumulate_steps)
   history: Dict[str, list] = {}
   times = []
   for epoch in range(int(loop.epoch.numpy()), config.epochs):  # Resumes from the backup.
