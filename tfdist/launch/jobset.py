@@ -150,7 +150,7 @@ def trainjob(name: str, *, image: str, command: Sequence[str], workers: int, ps:
              keras: Optional[str] = None, max_restarts: int = 3, data_workers: int = 0,
              data_journal: bool = False, run_as_user: Optional[int] = None,
              network_policy: bool = True) -> List[dict]:
-  """tfdist's `ClusterTrainingRuntime`, a `TrainJob` of every task, its NetworkPolicy (and the tf.data service's).
+  """tfdist's runtime, a `TrainJob` of every task, its NetworkPolicy (and the tf.data service's).
 
   Raises:
     ValueError: a bad name, image, command, count, max_restarts or run_as_user.

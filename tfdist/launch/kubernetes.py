@@ -217,7 +217,7 @@ def tfjob(name: str, *, image: str, command: Sequence[str], workers: int, ps: in
           keras: Optional[str] = None, data_workers: int = 0,
           data_journal: bool = False, run_as_user: Optional[int] = None,
           network_policy: bool = True) -> List[dict]:
-  """A Kubeflow TFJob manifest, its NetworkPolicy, and the tf.data service's when `data_workers` > 0.
+  """A Kubeflow TFJob manifest and its NetworkPolicy (and the tf.data service's, if asked for).
 
   Raises:
     ValueError: a bad name, image, command, count or run_as_user.
