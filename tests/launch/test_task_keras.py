@@ -83,3 +83,75 @@ def test_tutorial_tf_keras_code_trains_with_keras3_when_chosen():
   result = _launch_tutorial("tf.keras", "--keras=keras3")
   assert result.returncode == 0, result.stdout[-3000:]
   assert _trained(result.stdout).startswith("KERAS: keras TRAINED")
+
+
+# --- Keras 3's own callbacks under `tfdist launch` (enable_keras3_callbacks_on_import) ---
+
+CALLBACKS = f"{helpers.SCRIPTS}/user/keras3_callbacks.py"
+
+
+def _launch_callbacks(directory, *args, flags=()):
+  return helpers.run(helpers.tfdist_cli("launch", "--workers=2", "--keras=keras3", "--timeout=240",
+                                        *flags, "--",
+                                        *helpers.python(CALLBACKS, str(directory), "--save_freq=2",
+                                                        *args)), timeout=300)
+
+
+def _final_weights(stdout):
+  found = dict(re.findall(r"^\[(worker:\d)\] WEIGHTS: (.*)$", stdout, re.MULTILINE))
+  assert set(found) == {"worker:0", "worker:1"}, stdout[-3000:]
+  assert found["worker:0"] == found["worker:1"], found  # Trained in sync: one model.
+  return found["worker:0"]
+
+
+def _assert_written_once(directory, weights, epochs):
+  import keras
+  import numpy as np
+  import tensorflow as tf
+  names = [os.path.relpath(os.path.join(d, n), directory)
+           for d, folders, files in os.walk(directory) for n in folders + files]
+  assert not [n for n in names if "workertemp" in n], names  # Other workers' copies removed.
+  assert not os.path.exists(os.path.join(directory, "backup")), names  # Deleted at the end.
+  # The chief's checkpoint is whole, and holds the final model.
+  model = keras.saving.load_model(os.path.join(directory, "model.keras"))
+  total = sum(float(np.sum(w)) for w in model.get_weights())
+  assert abs(total - float(weights.split()[0])) < 1e-4, (total, weights)
+  # One writer per run, the chief's: the last run's event file is whole and logs its epochs.
+  events = sorted(n for n in names if "tfevents" in n)
+  assert events and all(n.startswith(os.path.join("logs", "train")) for n in events), names
+  logged = set()
+  for record in tf.data.TFRecordDataset(os.path.join(directory, events[-1])):
+    event = tf.compat.v1.Event.FromString(record.numpy())
+    logged.update(event.step for v in event.summary.value if v.tag == "epoch_loss")
+  assert logged == epochs, (logged, events)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+  directory = tmp_path_factory.mktemp("keras3_callbacks")
+  result = _launch_callbacks(directory)
+  assert result.returncode == 0, result.stdout[-3000:]
+  return directory, result.stdout
+
+
+@pytest.mark.slow
+def test_keras3_own_callbacks_write_once_from_the_chief(uninterrupted):
+  directory, stdout = uninterrupted
+  assert len(re.findall(r"^\[worker:\d\] EPOCHS: 2$", stdout, re.MULTILINE)) == 2, stdout[-3000:]
+  _assert_written_once(directory, _final_weights(stdout), epochs={0, 1})
+
+
+@pytest.mark.slow
+def test_a_killed_worker_resumes_from_keras3_own_backup_exactly(uninterrupted, tmp_path):
+  result = _launch_callbacks(tmp_path, "--kill-at=1:2", flags=("--max_restarts=1",))
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert "KILLING worker 1 at epoch 1, batch 2" in result.stdout, result.stdout[-3000:]
+  assert "restarting every task" in result.stdout, result.stdout[-3000:]
+  # The backup after batch 1 of epoch 1 (save_freq=2), read by both workers.
+  resumed = re.findall(r"^\[(worker:\d)\] BackupAndRestore: resuming at epoch 2, batch 3 ",
+                       result.stdout, re.MULTILINE)
+  assert sorted(resumed) == ["worker:0", "worker:1"], result.stdout[-3000:]
+  # The same weights as the run that was never interrupted: the input was replayed.
+  weights = _final_weights(result.stdout)
+  assert weights == _final_weights(uninterrupted[1])
+  _assert_written_once(tmp_path, weights, epochs={1})  # The resumed run logs epoch 2.

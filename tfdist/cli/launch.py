@@ -14,6 +14,7 @@ With --kubernetes=jobset|trainjob|tfjob|indexed, prints the manifests for
 Kubeflow TFJob; or Indexed Jobs plus a headless Service) and starts nothing.
 """
 
+import os
 import sys
 
 from absl import flags
@@ -24,6 +25,7 @@ from tfdist.launch import private_network
 from tfdist.launch import ray as ray_launch
 from tfdist.launch import slurm
 from tfdist.launch import task_keras
+from tfdist.launch import trains_alone
 
 _WORKERS = flags.DEFINE_integer("workers", 2, "Number of worker tasks.", lower_bound=1)
 _PS = flags.DEFINE_integer("ps", 0, "Number of parameter-server tasks.", lower_bound=0)
@@ -50,6 +52,11 @@ _KERAS = flags.DEFINE_enum(
     "The Keras `tf.keras` is in the tasks: tf_keras trains with every strategy. Default: "
     "TF_USE_LEGACY_KERAS if set, else tf_keras. Either way, `import keras` code trains "
     "under multi-worker MultiWorkerMirroredStrategy (README: Which Keras).")
+_TRAINS_ALONE = flags.DEFINE_enum(
+    "trains_alone", None, list(trains_alone.MODES), "A task whose script would train alone "
+    "(MirroredStrategy, no strategy...) under the multi-worker cluster, and a job in which no "
+    "two tasks joined a collective: warn (one line each) or error (the task stops; the job "
+    "fails). Default: TFDIST_TRAINS_ALONE, else warn.")
 _DATA_WORKERS = flags.DEFINE_integer(
     "data_workers", 0, "Start a tf.data service (a dispatcher and this many data workers) "
     "beside the tasks; trainers read through it with tfdist.data.service.distribute.",
@@ -117,6 +124,8 @@ def main(argv):
     return 2
   job = launch_lib.Job(workers=_WORKERS.value, ps=_PS.value, chief=_CHIEF.value,
                        evaluator=_EVALUATOR.value, data_workers=_DATA_WORKERS.value)
+  if _TRAINS_ALONE.value:  # The tasks read it from their environment, on every launcher.
+    os.environ[trains_alone.TRAINS_ALONE_ENV] = _TRAINS_ALONE.value
   try:
     launcher = _launcher()
     code = launcher.launch(command, job)

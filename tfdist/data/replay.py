@@ -20,6 +20,7 @@ from typing import Iterable, List
 
 import tensorflow as tf
 
+from tfdist.internals import keras as keras_internals
 from tfdist.internals import tensorflow as tf_internals
 
 logger = logging.getLogger("tfdist")
@@ -100,3 +101,26 @@ def warn_if_not_replayable(dataset, *also: str) -> bool:
         "The input pipeline cannot be replayed after an interruption, so a resumed job "
         "would train on other batches than an uninterrupted one: %s.", "; ".join(reasons))
   return not reasons
+
+
+def read_past(iterator, batches: int) -> None:
+  """A resumed fit's input reads past the batches the interrupted run trained on (logged)."""
+  seconds = skip(iterator, batches)
+  logger.info("BackupAndRestore: the input reads on after the %d batches of this epoch "
+              "trained before the backup (read again in %.2fs)", batches, seconds)
+
+
+def read_on_keras3_fit(callback, epoch: int, batch: int) -> None:
+  """From a Keras 3 BackupAndRestore's `on_train_begin`: the running fit reads on after its backup.
+
+  `callback` is the BackupAndRestore, `epoch` the epoch its backup resumes
+  (0-based) and `batch` the last one trained in it (-1: none). The epoch's iterator is drawn in the interrupted
+  run's order and reads past the batches trained on; a pipeline that cannot be
+  replayed is named in a warning, on a fresh start too.
+  """
+  if epoch or batch >= 0:
+    logger.info("BackupAndRestore: resuming at epoch %d, batch %d (from %s)",
+                epoch + 1, batch + 2, callback.backup_dir)
+  dataset, reason = keras_internals.enable_input_replay(epoch, batch, read_past)
+  if dataset is not None:
+    warn_if_not_replayable(dataset, *([reason] if reason else []))

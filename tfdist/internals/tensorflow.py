@@ -5,6 +5,7 @@ use needs, and the public issue behind it, is in docs/known_issues.md.
 """
 
 import contextlib
+import os
 import sys
 from typing import Iterator, Optional, Sequence, Tuple
 
@@ -126,3 +127,55 @@ def smart_cond(pred, true_fn, false_fn):
   """`tf.cond` that runs one branch in Python when `pred` is known (as Keras's optimizers do)."""
   import tensorflow as tf
   return tf.__internal__.smart_cond.smart_cond(pred, true_fn, false_fn)
+
+
+# --- TF's rule for files under multi-worker strategies, as tf_keras's callbacks
+# apply it (tf_keras/src/distribute/distributed_file_utils.py): the chief writes
+# to the real path, every other worker into a temporary folder beside it that
+# is removed right after (tensorflow/tensorflow#31070 shows the race it avoids).
+# One helper for tfdist's own saves and for Keras 3's callbacks under tfdist.
+
+def _temp_dir(dirpath: str, strategy) -> str:
+  resolver = getattr(strategy, "cluster_resolver", None)
+  task_id = resolver.task_id if resolver is not None and resolver.task_id is not None else 0
+  return os.path.join(dirpath, f"workertemp_{task_id}")
+
+
+def write_dirpath(dirpath: str, strategy) -> str:
+  """`dirpath` on the task whose files count (`should_checkpoint`), else a temporary folder in it."""
+  if strategy is None or strategy.extended.should_checkpoint:
+    return dirpath
+  return _temp_dir(dirpath, strategy)
+
+
+def write_filepath(filepath: str, strategy) -> str:
+  """`filepath` on the task whose files count, else the same name in a temporary folder."""
+  dirpath, base = os.path.split(filepath)
+  return os.path.join(write_dirpath(dirpath, strategy), base)
+
+
+def remove_temp_dirpath(write_dir: str, dirpath: str) -> None:
+  """Removes `write_dir` if it is a temporary folder for `dirpath` (not `dirpath` itself)."""
+  import tensorflow as tf
+  if write_dir != dirpath and tf.io.gfile.exists(write_dir):
+    tf.io.gfile.rmtree(write_dir)
+
+
+@contextlib.contextmanager
+def chief_dir(dirpath: str, strategy) -> Iterator[str]:
+  """Yields the folder to write into for `dirpath` (`write_dirpath`), made; temporary ones removed after."""
+  import tensorflow as tf
+  write_dir = write_dirpath(dirpath, strategy)
+  tf.io.gfile.makedirs(write_dir)  # Exists-ok: workers make the same parents at once.
+  try:
+    yield write_dir
+  finally:
+    remove_temp_dirpath(write_dir, dirpath)
+
+
+@contextlib.contextmanager
+def chief_file(filepath: str, strategy) -> Iterator[str]:
+  """Yields the path to write `filepath` to (`write_filepath`); a temporary folder is removed after."""
+  dirpath = os.path.dirname(filepath)
+  with chief_dir(dirpath, strategy) as write_dir:
+    yield os.path.join(write_dir, os.path.basename(filepath))

@@ -20,30 +20,6 @@ def version() -> Optional[versions.Version]:
   return versions.parse(tf_keras.__version__)
 
 
-# --- TF's chief-writes rule, as tf_keras's ModelCheckpoint and BackupAndRestore
-# use it: the chief writes to the real path, every other worker to a temporary
-# one removed right after (tensorflow/tensorflow#31070 shows the race it avoids).
-
-def write_filepath(path: str, strategy) -> str:
-  from tf_keras.src.distribute import distributed_file_utils
-  return distributed_file_utils.write_filepath(path, strategy)
-
-
-def remove_temp_dir_with_filepath(path: str, strategy) -> None:
-  from tf_keras.src.distribute import distributed_file_utils
-  distributed_file_utils.remove_temp_dir_with_filepath(path, strategy)
-
-
-def write_dirpath(path: str, strategy) -> str:
-  from tf_keras.src.distribute import distributed_file_utils
-  return distributed_file_utils.write_dirpath(path, strategy)
-
-
-def remove_temp_dirpath(path: str, strategy) -> None:
-  from tf_keras.src.distribute import distributed_file_utils
-  distributed_file_utils.remove_temp_dirpath(path, strategy)
-
-
 def is_random_layer(layer) -> bool:
   """Whether a tf_keras layer draws random numbers (Dropout, RandomFlip, ...)."""
   from tf_keras.src.engine import base_layer  # The one base class they share.

@@ -25,6 +25,7 @@ the job stops, because trainers would wait for their data forever.
 import os
 import shutil
 import sys
+import tempfile
 from typing import Mapping, Optional, Sequence, TextIO
 
 from tfdist import cluster as cluster_lib
@@ -33,6 +34,7 @@ from tfdist.launch import launcher as launcher_lib
 from tfdist.launch import private_network
 from tfdist.launch import supervision
 from tfdist.launch import task_keras
+from tfdist.launch import trains_alone
 # Public here, where users find the launcher; defined beside the processes they concern.
 from tfdist.launch.supervision import (TIMEOUT_EXIT_CODE, LaunchError, must_finish,
                                        signal_group, task_environment)
@@ -86,7 +88,9 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
     task's exit code (negative for a signal), or TIMEOUT_EXIT_CODE.
 
   Raises:
-    ValueError: empty command, bad max_restarts or network, or ps tasks without a chief.
+    ValueError: empty command, bad max_restarts or network, ps tasks without a chief, or
+      a bad TFDIST_TRAINS_ALONE (see `tfdist.launch.trains_alone`; a job in which no
+      two tasks joined a collective is named at its end).
     LaunchError: the command cannot be started (e.g. not found).
     private_network.Unavailable: no private network for an all-loopback spec,
       and network is not "host".
@@ -113,6 +117,7 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
         f"ClusterSpec.local(workers=2, ps=1, chief=True). Received: {spec}")
   base = os.environ if env is None else env
   env = {**base, **task_keras.variables(keras, base)}
+  trains_alone.mode(env)  # A bad TFDIST_TRAINS_ALONE fails now, not after the job.
   # Checked here: behind `nsenter`, a missing program would only be exit code 127.
   path = env.get("PATH")
   if shutil.which(command[0], path=path) is None:
@@ -120,11 +125,28 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
         f"Could not start task {next(spec.tasks())}: {command[0]!r} is not an executable "
         f"file nor on PATH. Check that the command exists and is executable. "
         f"Received: command={list(command)!r}")
+  # Where the tasks record building a strategy over the cluster (tfdist.launch.trains_alone).
+  joined_dir = tempfile.mkdtemp(prefix="tfdist-joined-")
+  env[trains_alone.JOINED_DIR_ENV] = joined_dir
   cluster = supervision.Cluster(command, spec, env, output or sys.stdout, grace_period,
                                 data_service)
-  with private_network.enter(network, spec, cluster.report) as prefix:
-    cluster.prefix = prefix
-    return cluster.run(timeout, max_restarts)
+  try:
+    with private_network.enter(network, spec, cluster.report) as prefix:
+      cluster.prefix = prefix
+      code = cluster.run(timeout, max_restarts)
+    return _unless_trained_alone(code, joined_dir, env, cluster.report)
+  finally:
+    shutil.rmtree(joined_dir, ignore_errors=True)
+
+
+def _unless_trained_alone(code: int, joined_dir: str, env, report) -> int:
+  """`code`, after saying when no two tasks joined; TRAINS_ALONE_EXIT_CODE for a pass in error mode."""
+  note = trains_alone.job_note(joined_dir)
+  if note is None:
+    return code
+  report(note)
+  error = trains_alone.mode(env) == "error"
+  return trains_alone.TRAINS_ALONE_EXIT_CODE if error and code == 0 else code
 
 
 class LocalLauncher(launcher_lib.Launcher):

@@ -13,7 +13,11 @@ starts gets, deliberately:
   `tfdist.internals.keras` the moment Keras 3's TensorFlow trainer is
   imported, so `import keras` code trains under multi-worker
   MultiWorkerMirroredStrategy too, without importing tfdist. It patches nothing
-  in a process that never imports Keras 3.
+  in a process that never imports Keras 3. Once Keras 3's callbacks are
+  imported, their own BackupAndRestore, ModelCheckpoint and TensorBoard
+  write once, from the chief, and BackupAndRestore resumes at the batch it
+  backed up (`enable_keras3_callbacks_on_import`); and a task that would
+  train alone is told so (`tfdist.launch.trains_alone`).
 
 The choice: explicit > `TF_USE_LEGACY_KERAS` already in the environment > tf_keras.
 """
@@ -22,6 +26,7 @@ import os
 from typing import Dict, Mapping, Optional
 
 from tfdist import keras_support
+from tfdist.launch import task_imports
 
 LEGACY_KERAS_ENV = keras_support.LEGACY_KERAS_ENV
 KERAS_CHOICES = (keras_support.TF_KERAS, keras_support.KERAS3)
@@ -58,3 +63,20 @@ def variables(keras: Optional[str] = None,
   paths = [SITE_DIR] + [p for p in python_path.split(os.pathsep) if p and p != SITE_DIR]
   return {LEGACY_KERAS_ENV: "1" if chosen == keras_support.TF_KERAS else "0",
           "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def enable_keras3_callbacks_on_import() -> None:
+  """Keras 3's own file-writing callbacks write once under multi-worker strategies, from their import on.
+
+  For the task site: `tfdist.internals.keras_callbacks.enable_chief_writes`
+  once Keras 3's callbacks module has executed, with BackupAndRestore's restored
+  position handed to `tfdist.data.replay.read_on_keras3_fit`, so that a
+  restarted `fit` reads on after the batch it backed up.
+  """
+  from tfdist.internals import keras_callbacks
+
+  def enable(module):
+    from tfdist.data import replay  # Once Keras 3 is imported: TensorFlow is too.
+    keras_callbacks.enable_chief_writes(on_restore=replay.read_on_keras3_fit)
+
+  task_imports.after_import(keras_callbacks.CALLBACKS_MODULE, enable)

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from tfdist import keras_support
 from tfdist.internals import keras as keras_internals
+from tfdist.internals import keras_callbacks
 from tfdist.internals import tensorflow as tf_internals
 from tfdist.cluster import preflight as preflight_lib
 from tfdist import cluster as cluster_lib
@@ -42,7 +43,9 @@ class MultiWorkerMirroredStrategy(keras_guard.RefusesKeras3, keras_guard.Refuses
                                   tf.distribute.MultiWorkerMirroredStrategy):
   """`tf.distribute.MultiWorkerMirroredStrategy` under which Keras 3 trains too.
 
-  With 2+ workers it enables `keras_internals.enable_multi_worker()`; for a
+  With 2+ workers it enables `keras_internals.enable_multi_worker()`, and
+  `keras_callbacks.enable_chief_writes()` for Keras 3's own file-writing
+  callbacks; for a
   Keras 3 outside the tested versions, a Keras 3 `fit` is refused up front with
   the reason instead of failing inside its first step. So is a step compiled
   with XLA across CPU workers: XLA has no CPU collectives.
@@ -160,4 +163,8 @@ def multi_worker_mirrored(cluster: registry.ClusterArg = None,
     raise
   if keras_support.is_multi_worker_mirrored(strategy):
     keras_internals.enable_multi_worker()
+    # Keras 3's own BackupAndRestore, ModelCheckpoint and TensorBoard write once, from the
+    # chief, and a restored backup reads on after its batch, as under `tfdist launch`.
+    from tfdist.data import replay
+    keras_callbacks.enable_chief_writes(on_restore=replay.read_on_keras3_fit)
   return strategy

@@ -32,6 +32,7 @@ from tfdist import keras_support
 from tfdist.cluster import grace
 from tfdist.data import replay
 from tfdist.internals import keras as keras_internals
+from tfdist.internals import tensorflow as tf_internals
 from tfdist.internals import tf_keras as tf_keras_internals
 
 logger = logging.getLogger("tfdist")
@@ -59,9 +60,8 @@ def save_model(model, path: str,
   """
   # The model's own strategy: outside `strategy.scope()` the current one is the default.
   strategy = strategy or getattr(model, "distribute_strategy", None) or _strategy(None)
-  write_path = tf_keras_internals.write_filepath(path, strategy)
-  model.save(write_path)
-  tf_keras_internals.remove_temp_dir_with_filepath(write_path, strategy)
+  with tf_internals.chief_file(path, strategy) as write_path:
+    model.save(write_path)
   return path if write_path == path else None
 
 
@@ -71,12 +71,8 @@ def chief_dir(path: str, strategy: Optional[tf.distribute.Strategy] = None) -> I
 
   The temporary one is removed when the block ends, e.g. for TensorBoard logs.
   """
-  strategy = _strategy(strategy)
-  write_dir = tf_keras_internals.write_dirpath(path, strategy)
-  try:
+  with tf_internals.chief_dir(path, _strategy(strategy)) as write_dir:
     yield write_dir
-  finally:
-    tf_keras_internals.remove_temp_dirpath(write_dir, strategy)
 
 
 # Exit code of a task that saved a backup after SIGTERM: 128 + SIGTERM, as a
@@ -271,7 +267,7 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
       logger.info("BackupAndRestore: resuming after epoch %d, batch %d (from %s)",
                   epoch + 1, batch + 1, self.backup_dir)
     if not self._pss:  # Under parameter servers steps are at-least-once anyway.
-      dataset = tf_keras_internals.enable_input_replay(_read_past)
+      dataset = tf_keras_internals.enable_input_replay(replay.read_past)
       if dataset is not None:
         replay.warn_if_not_replayable(dataset)
     self._start_checks()
@@ -335,13 +331,6 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
 
 
 _TF_KERAS_FIT_CODE = inspect.unwrap(tf_keras.Model.fit).__code__
-
-
-def _read_past(iterator, batches: int) -> None:
-  """A resumed fit's input reads past the batches the interrupted run trained on."""
-  seconds = replay.skip(iterator, batches)
-  logger.info("BackupAndRestore: the input reads on after the %d batches of this epoch "
-              "trained before the backup (read again in %.2fs)", batches, seconds)
 
 
 def _inside(frame, code) -> bool:
@@ -417,6 +406,8 @@ def _keras3_backup_class():
 
   class Keras3BackupAndRestore(_SigtermChecks, keras.callbacks.BackupAndRestore):
     __doc__ = keras3_backup_and_restore.__doc__
+    # Writes once and resumes exactly itself: what `tfdist launch` adds to Keras's own skips it.
+    _tfdist_own = True
 
     def __init__(self, backup_dir: str, *, check_every: Optional[int] = None,
                  check_seconds: float = 1.0):
@@ -436,13 +427,7 @@ def _keras3_backup_class():
     def on_train_begin(self, logs=None):
       super().on_train_begin(logs)
       start = keras_internals.initial_epoch(self.model)  # Keras 3 sets it on restore.
-      batch = keras_internals.saved_batch(self)
-      if start or batch >= 0:
-        logger.info("BackupAndRestore: resuming at epoch %d, batch %d (from %s)",
-                    start + 1, batch + 2, self.backup_dir)
-      dataset, reason = keras_internals.enable_input_replay(start, batch, _read_past)
-      if dataset is not None:
-        replay.warn_if_not_replayable(dataset, *([reason] if reason else []))
+      replay.read_on_keras3_fit(self, start, keras_internals.saved_batch(self))
       self._start_checks()
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -475,18 +460,11 @@ def _keras3_backup_class():
       raise SystemExit(PREEMPTED_EXIT_CODE)
 
     def _save_model(self):  # Keras 3's own hook: the one place it writes a backup.
-      strategy = self.model.distribute_strategy
-      backup_dir = self.backup_dir
-      write_dir = tf_keras_internals.write_dirpath(backup_dir, strategy)
-      # Keras's own check-then-create races with the other workers' folders inside it.
-      tf.io.gfile.makedirs(write_dir)
-      if write_dir == backup_dir:
-        return super()._save_model()
-      try:
+      # Made by the helper: Keras's own check-then-create races with the other
+      # workers' folders inside it.
+      with tf_internals.chief_dir(self.backup_dir, self.model.distribute_strategy) as write_dir:
         with keras_internals.backup_written_to(self, write_dir):
           super()._save_model()
-      finally:
-        tf_keras_internals.remove_temp_dirpath(write_dir, strategy)
 
     def on_train_end(self, logs=None):
       self._restore_handler()

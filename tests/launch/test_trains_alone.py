@@ -1,0 +1,95 @@
+"""tfdist.launch.trains_alone: a task that would train alone under a multi-worker TF_CONFIG is told so."""
+
+import json
+import os
+
+import pytest
+import tensorflow as tf
+
+import helpers
+from tfdist import cluster as cluster_lib
+from tfdist.launch import local
+from tfdist.launch import trains_alone
+
+SCRIPT = f"{helpers.SCRIPTS}/user/trains_alone.py"
+
+
+def _tf_config(task_type="worker", index=1, **cluster):
+  cluster = cluster or {"worker": ["localhost:1", "localhost:2"]}
+  return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})
+
+
+@pytest.fixture
+def multi_worker_task(monkeypatch):
+  monkeypatch.setenv("TF_CONFIG", _tf_config())
+  monkeypatch.setattr(trains_alone, "_told", [])
+
+
+def test_only_chiefs_and_workers_of_a_collective_cluster_can_train_alone():
+  assert trains_alone.cluster_task({"TF_CONFIG": _tf_config()}) == ("worker:1", 2)
+  assert trains_alone.cluster_task({"TF_CONFIG": _tf_config("chief", 0, chief=["a:1"],
+                                                            worker=["b:1"])}) == ("chief:0", 2)
+  assert trains_alone.cluster_task({}) is None
+  assert trains_alone.cluster_task({"TF_CONFIG": _tf_config(worker=["a:1"])}) is None
+  # Under parameter servers workers serve, and an evaluator is alone by design.
+  assert trains_alone.cluster_task({"TF_CONFIG": _tf_config(worker=["a:1", "b:1"],
+                                                            ps=["c:1"])}) is None
+  assert trains_alone.cluster_task({"TF_CONFIG": _tf_config("evaluator", 0)}) is None
+
+
+def test_a_local_strategy_is_named_once_with_the_fix(multi_worker_task, caplog):
+  trains_alone.on_strategy(tf.distribute.OneDeviceStrategy("/cpu:0"))
+  trains_alone.on_strategy(tf.distribute.OneDeviceStrategy("/cpu:0"))
+  lines = [r.getMessage() for r in caplog.records if "trains alone" in r.getMessage()]
+  assert len(lines) == 1, lines
+  assert lines[0].startswith("This task (worker:1) trains alone: OneDeviceStrategy reads no "
+                             "TF_CONFIG"), lines
+  assert "tf.distribute.MultiWorkerMirroredStrategy()" in lines[0]
+  assert lines[0].endswith("Received: OneDeviceStrategy()")
+
+
+def test_error_mode_stops_the_task(multi_worker_task, monkeypatch):
+  monkeypatch.setenv(trains_alone.TRAINS_ALONE_ENV, "error")
+  with pytest.raises(RuntimeError, match=r"This task \(worker:1\) trains alone: MirroredStrategy "
+                                         r".*Received: MirroredStrategy\(\)"):
+    trains_alone.on_strategy(tf.distribute.MirroredStrategy(["/cpu:0"]))
+
+
+def test_bad_mode_names_the_variable_and_the_value(tmp_path):
+  with pytest.raises(ValueError, match=r"`TFDIST_TRAINS_ALONE` must be one of \['warn', 'error'\]"
+                                       r"\. Received: TFDIST_TRAINS_ALONE='loud'"):
+    local.launch_local(["true"], cluster_lib.ClusterSpec.local(2),
+                       env={**os.environ, trains_alone.TRAINS_ALONE_ENV: "loud"})
+
+
+def test_the_job_note_needs_two_tasks_that_joined(tmp_path):
+  assert trains_alone.job_note(str(tmp_path)) is None  # Nothing imported TensorFlow.
+  for name in ("worker-0.tensorflow", "worker-1.tensorflow", "worker-0.joined"):
+    (tmp_path / name).touch()
+  note = trains_alone.job_note(str(tmp_path))
+  assert note.startswith("No two tasks ever joined a collective") and "only worker:0 did" in note
+  (tmp_path / "worker-1.joined").touch()
+  assert trains_alone.job_note(str(tmp_path)) is None
+
+
+@pytest.mark.slow
+def test_mirrored_strategy_and_no_strategy_are_told_and_the_launcher_says_none_joined():
+  result = helpers.run(helpers.tfdist_cli("launch", "--workers=2", "--keras=keras3",
+                                          "--timeout=240", "--", *helpers.python(SCRIPT)),
+                       timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]  # Warn: the default.
+  out = result.stdout
+  assert "[worker:0] This task (worker:0) trains alone: MirroredStrategy reads no TF_CONFIG" in out
+  assert "[worker:1] This task (worker:1) trains alone: fit runs with no strategy" in out
+  assert out.count("trains alone:") == 2, out[-3000:]  # One line per task.
+  assert "[tfdist launch] No two tasks ever joined a collective" in out, out[-3000:]
+
+
+@pytest.mark.slow
+def test_error_mode_fails_a_job_in_which_no_two_tasks_joined():
+  result = helpers.run(helpers.tfdist_cli("launch", "--workers=2", "--trains_alone=error",
+                                          "--timeout=120", "--",
+                                          *helpers.python("-c", "import tensorflow")),
+                       timeout=180)
+  assert result.returncode == trains_alone.TRAINS_ALONE_EXIT_CODE, result.stdout[-3000:]
+  assert "[tfdist launch] No two tasks ever joined a collective" in result.stdout
