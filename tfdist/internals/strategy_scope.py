@@ -1,0 +1,76 @@
+"""Every MultiWorkerMirroredStrategy scope of a launched task compares its variables first.
+
+`enable_checked_scope(make)` wraps `tf.distribute.MultiWorkerMirroredStrategy.scope`
+(a public method) so that `with strategy.scope():` also enters `make(strategy)`,
+for a strategy over two or more tasks; `disable_checked_scope()` puts it back.
+`tfdist.strategies.fingerprint` gives the context: a variable creator that
+compares each variable across workers before TensorFlow broadcasts it, whose
+own error names neither variable nor task (tensorflow/tensorflow#47203).
+Gated on the TensorFlow versions tested (`tensorflow.TESTED`).
+"""
+
+import functools
+import sys
+from typing import Callable
+
+from tfdist.internals import tensorflow as tf_internals
+from tfdist.internals import versions
+
+PATCHES = {"checked_scope": "tensorflow/tensorflow#47203"}
+_originals = {}  # class -> its scope
+
+
+def enable_checked_scope(make: Callable[[object], object]) -> bool:
+  """Makes every multi-worker MultiWorkerMirroredStrategy scope enter `make(strategy)` too."""
+  import tensorflow as tf
+  cls = tf.distribute.MultiWorkerMirroredStrategy
+  if cls in _originals:
+    return True
+  if not versions.check("TensorFlow", tf_internals.version(), tf_internals.TESTED,
+                        "variable check across workers", PATCHES["checked_scope"]):
+    return False
+  original = cls.scope
+
+  @functools.wraps(original)
+  def scope(self):
+    if not tf_internals.is_multi_worker_mirrored(self):
+      return original(self)
+    return _Both(original(self), make(self))
+
+  _originals[cls] = original
+  cls.scope = scope
+  return True
+
+
+def disable_checked_scope() -> None:
+  """Puts MultiWorkerMirroredStrategy's own `scope` back."""
+  for cls, original in _originals.items():
+    cls.scope = original
+  _originals.clear()
+
+
+def is_restore_on_create(initial_value) -> bool:
+  """Whether a variable's initial value restores it from a checkpoint (left as it is)."""
+  return type(initial_value).__name__ == "CheckpointInitialValueCallable"
+
+
+class _Both:
+  """Enters the strategy's own scope, then `make`'s; `as` gives what the first gives."""
+
+  def __init__(self, first, second):
+    self.first, self.second = first, second
+
+  def __enter__(self):
+    entered = self.first.__enter__()
+    try:
+      self.second.__enter__()
+    except BaseException:
+      self.first.__exit__(*sys.exc_info())
+      raise
+    return entered
+
+  def __exit__(self, *exc):
+    try:
+      self.second.__exit__(*exc)
+    finally:
+      return self.first.__exit__(*exc)  # pylint: disable=lost-exception
