@@ -35,9 +35,10 @@ from tfdist.launch import private_network
 from tfdist.launch import supervision
 from tfdist.launch import task_keras
 from tfdist.launch import trains_alone
+from tfdist.launch import watchdog
 # Public here, where users find the launcher; defined beside the processes they concern.
-from tfdist.launch.supervision import (TIMEOUT_EXIT_CODE, LaunchError, must_finish,
-                                       signal_group, task_environment)
+from tfdist.launch.supervision import (STALL_EXIT_CODE, TIMEOUT_EXIT_CODE, LaunchError,
+                                       must_finish, signal_group, task_environment)
 
 # Seconds between SIGTERM and SIGKILL when stopping a task: what SLURM (KillWait)
 # and Kubernetes (terminationGracePeriodSeconds) give, so a backup that fits
@@ -45,7 +46,7 @@ from tfdist.launch.supervision import (TIMEOUT_EXIT_CODE, LaunchError, must_fini
 GRACE_PERIOD_SECONDS = 30.0
 NETWORKS = ("auto", "loopback", "host")
 
-__all__ = ["GRACE_PERIOD_SECONDS", "NETWORKS", "TIMEOUT_EXIT_CODE", "LaunchError",
+__all__ = ["GRACE_PERIOD_SECONDS", "NETWORKS", "STALL_EXIT_CODE", "TIMEOUT_EXIT_CODE", "LaunchError",
            "LocalLauncher", "launch_local", "must_finish", "signal_group", "task_environment"]
 
 
@@ -57,7 +58,8 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
                  network: Optional[str] = None,
                  grace_period: float = GRACE_PERIOD_SECONDS,
                  keras: Optional[str] = None,
-                 data_service: Optional[data_service_lib.DataServiceSpec] = None) -> int:
+                 data_service: Optional[data_service_lib.DataServiceSpec] = None,
+                 stall_timeout: Optional[float] = None) -> int:
   """Runs `command` once per task of `spec` and waits for the cluster.
 
   Args:
@@ -77,15 +79,20 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
       made) and the host's for real hosts. None: `TFDIST_NETWORK`, else "auto".
     grace_period: seconds a task has between SIGTERM and SIGKILL when the
       cluster is stopped (on a failure, a timeout, or SIGTERM/SIGINT to the
-      launcher): time for `checkpointing.BackupAndRestore` to back up.
+      launcher): time for `tfdist.training.checkpoints.BackupAndRestore` to back up.
     keras: the tasks' Keras, "tf_keras" or "keras3" (None: TF_USE_LEGACY_KERAS
       of `env`, else tf_keras); see `tfdist.launch.task_keras`.
     data_service: a tf.data service to run beside the tasks (its ports on
       this machine), e.g. `DataServiceSpec.local(workers=2)`; see above.
+    stall_timeout: seconds without a training step in any task before the
+      job is stalled: every task's Python stacks are shown, the task to look
+      at is named, and the job ends with STALL_EXIT_CODE (or restarts under
+      `max_restarts`); see `tfdist.launch.watchdog`. 0: no watchdog. None:
+      `TFDIST_STALL_TIMEOUT`, else 300 for two or more training tasks.
 
   Returns:
     0 if every task that must finish exited with 0; else the first failing
-    task's exit code (negative for a signal), or TIMEOUT_EXIT_CODE.
+    task's exit code (negative for a signal), TIMEOUT_EXIT_CODE, or STALL_EXIT_CODE.
 
   Raises:
     ValueError: empty command, bad max_restarts or network, ps tasks without a chief, or
@@ -128,8 +135,11 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
   # Where the tasks record building a strategy over the cluster (tfdist.launch.trains_alone).
   joined_dir = tempfile.mkdtemp(prefix="tfdist-joined-")
   env[trains_alone.JOINED_DIR_ENV] = joined_dir
+  training = sum(1 for task in spec.tasks() if must_finish(spec, task)
+                 and task.type != cluster_lib.EVALUATOR)
+  stall_timeout = watchdog.resolve_timeout(stall_timeout, training, env)
   cluster = supervision.Cluster(command, spec, env, output or sys.stdout, grace_period,
-                                data_service)
+                                data_service, stall_timeout=stall_timeout)
   try:
     with private_network.enter(network, spec, cluster.report) as prefix:
       cluster.prefix = prefix
@@ -158,9 +168,9 @@ class LocalLauncher(launcher_lib.Launcher):
                network: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
                output: Optional[TextIO] = None,
                grace_period: float = GRACE_PERIOD_SECONDS, keras: Optional[str] = None,
-               data_work_dir: Optional[str] = None):
+               data_work_dir: Optional[str] = None, stall_timeout: Optional[float] = None):
     self.options = dict(timeout=timeout, max_restarts=max_restarts, network=network, env=env,
-                        grace_period=grace_period, keras=keras)
+                        grace_period=grace_period, keras=keras, stall_timeout=stall_timeout)
     self.output = output
     self.data_work_dir = data_work_dir
 
