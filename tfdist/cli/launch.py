@@ -42,6 +42,12 @@ _GRACE_PERIOD = flags.DEFINE_float(
     "grace_period", launch_lib.GRACE_PERIOD_SECONDS, "Seconds a task has between SIGTERM and "
     "SIGKILL when the cluster is stopped, to back up (SLURM's and Kubernetes' default).",
     lower_bound=0)
+_STALL_TIMEOUT = flags.DEFINE_float(
+    "stall_timeout", None, "Seconds without a training step in any task before the job is "
+    "stalled: every task's Python stacks are shown, the task to look at is named, and the "
+    "job ends (exit code 3) or restarts under --max_restarts. 0: off. Default: "
+    "TFDIST_STALL_TIMEOUT, else 300 for two or more training tasks (longer for jobs whose "
+    "steps are slow, and three times as long for a first step that compiles).", lower_bound=0)
 _NETWORK = flags.DEFINE_enum(
     "network", None, list(launch_lib.NETWORKS), "loopback: tasks run in a private network "
     "namespace with only loopback (TensorFlow's servers listen on every interface); host: "
@@ -178,4 +184,5 @@ def _launcher() -> launch_lib.Launcher:
   return launch_lib.make_launcher("local", timeout=_TIMEOUT.value,
                                   max_restarts=_MAX_RESTARTS.value, network=_NETWORK.value,
                                   grace_period=_GRACE_PERIOD.value, keras=_KERAS.value,
-                                  data_work_dir=_DATA_WORK_DIR.value)
+                                  data_work_dir=_DATA_WORK_DIR.value,
+                                  stall_timeout=_STALL_TIMEOUT.value)
