@@ -157,7 +157,18 @@ if flavour == "keras3":  # Keras 3's own assign_add, for comparison: it loses up
   keras_internals.disable_atomic_assign_add()  # After the Loop, which made it atomic.
   raw_loop.fit(dataset_fn, epochs=1, steps_per_epoch=STEPS, verbose=False)
   raw_counted = float(raw_counter.numpy())
+accumulated = None
+if not sharded:  # Each worker computes its batches in 4 micro-batches and pushes once each.
+  with strategy.scope():
+    accumulating = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    accumulating_optimizer = keras.optimizers.SGD(0.2)
+  accumulated = {"history": loop_lib.Loop(
+      strategy, accumulating, loss=keras.losses.MeanSquaredError(),
+      optimizer=accumulating_optimizer, steps_per_loop=5, accumulate_steps=4).fit(
+          dataset_fn, epochs=2, steps_per_epoch=10, verbose=False),
+                 "iterations": int(accumulating_optimizer.iterations.numpy())}
 print("RESULT " + json.dumps({
+    "accumulated": accumulated,
     "history": history, "evaluation": evaluation, "true_loss": true_loss,
     "infinite_error": infinite_error,
     "kernel_devices": devices, "optimizer_iterations": int(optimizer.iterations),

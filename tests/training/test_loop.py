@@ -305,6 +305,11 @@ def test_keras3_trains_on_parameter_servers_without_lost_updates():
   assert result["history"]["loss"][-1] < 0.05 * result["history"]["loss"][0]
   assert result["history"]["examples"] == [1280.0] * 4  # 40 steps x 32, per epoch.
   assert result["optimizer_iterations"] == 160
+  # Accumulating on each worker: one push per step of 32 examples in 4 micro-batches.
+  accumulated = result["accumulated"]
+  assert accumulated["iterations"] == 20
+  assert accumulated["history"]["examples"] == [320.0, 320.0]
+  assert accumulated["history"]["loss"][1] < accumulated["history"]["loss"][0]
   assert result["counter"] == result["expected"] == 2000
   # Keras 3's own assign_add, in the same run, loses some of the same updates.
   assert result["raw_counter"] < result["expected"]
