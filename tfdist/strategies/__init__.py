@@ -25,6 +25,8 @@ from tfdist.strategies.local import CROSS_DEVICE_OPS, CentralStorageStrategy
 from tfdist.strategies.multi_worker_mirrored import (BYTES_PER_PACK, COMMUNICATION,
                                                      MultiWorkerMirroredStrategy)
 from tfdist.strategies.parameter_server import ParameterServerStrategy
+# Workers that disagree (model, versions, devices) are refused before the first collective.
+from tfdist.strategies.fingerprint import checked_variables
 
 register("default", local.default)
 register("one_device", local.one_device)
@@ -37,5 +39,6 @@ register("parameter_server", parameter_server.parameter_server,
 
 __all__ = ["BYTES_PER_PACK", "COMMUNICATION", "CROSS_DEVICE_OPS", "CentralStorageStrategy",
            "ClusterArg", "MultiWorkerMirroredStrategy", "ParameterServerStrategy",
-           "STRATEGIES", "StrategyEntry", "available_strategies", "make_strategy", "register",
+           "STRATEGIES", "StrategyEntry", "available_strategies", "checked_variables",
+           "make_strategy", "register",
            "validate_cluster"]

@@ -17,7 +17,7 @@ compares. A difference raises on every task, e.g.
 Under `tfdist launch` every MultiWorkerMirroredStrategy scope gets it
 (`tfdist.internals.strategy_scope`); elsewhere:
 
-    with strategy.scope(), fingerprint.checked_variables(strategy):
+    with strategy.scope(), tfdist.strategies.checked_variables(strategy):
       model = build_model()
 """
 
