@@ -34,6 +34,7 @@ from tfdist.launch import launcher as launcher_lib
 from tfdist.launch import private_network
 from tfdist.launch import supervision
 from tfdist.launch import task_keras
+from tfdist.launch import threads
 from tfdist.launch import trains_alone
 from tfdist.launch import watchdog
 # Public here, where users find the launcher; defined beside the processes they concern.
@@ -124,6 +125,7 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
         f"ClusterSpec.local(workers=2, ps=1, chief=True). Received: {spec}")
   base = os.environ if env is None else env
   env = {**base, **task_keras.variables(keras, base)}
+  env = threads.share_cores(spec, env)  # Each task its share of the cores' threads.
   trains_alone.mode(env)  # A bad TFDIST_TRAINS_ALONE fails now, not after the job.
   # Checked here: behind `nsenter`, a missing program would only be exit code 127.
   path = env.get("PATH")

@@ -1,0 +1,56 @@
+"""tfdist.launch.threads: tasks launched on one machine share its cores' TensorFlow threads."""
+
+import io
+import logging
+import re
+import sys
+
+import pytest
+
+from tfdist import launch
+from tfdist.cluster import ClusterSpec
+from tfdist.launch import threads
+
+# Each task: the variables it got, and the inter-op threads TensorFlow started
+# (its pool's threads are named tf_Compute).
+TASK = """
+import collections, os
+import tensorflow as tf
+tf.matmul(tf.ones((64, 64)), tf.ones((64, 64)))
+names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+print("THREADS", os.environ.get("TF_NUM_INTRAOP_THREADS"), os.environ.get("TF_NUM_INTEROP_THREADS"),
+      names.count("tf_Compute"), flush=True)
+"""
+
+
+def test_each_task_gets_its_share_unless_the_user_set_it():
+  two = ClusterSpec.local(workers=2)
+  assert threads.thread_variables(two, {}, cores=2) == {
+      "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+  assert threads.thread_variables(ClusterSpec.local(workers=3), {}, cores=8) == {
+      "TF_NUM_INTRAOP_THREADS": "2", "TF_NUM_INTEROP_THREADS": "2"}
+  assert threads.thread_variables(ClusterSpec.local(workers=4), {}, cores=2) == {
+      "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+  # The user's choice stays; a one-task job keeps TensorFlow's defaults.
+  assert threads.thread_variables(two, {"TF_NUM_INTRAOP_THREADS": "2"}, cores=2) == {
+      "TF_NUM_INTEROP_THREADS": "1"}
+  assert threads.thread_variables(ClusterSpec.local(workers=1), {}, cores=2) == {}
+  # Parameter servers: the intra-op pool only (few inter-op threads hang a worker).
+  assert threads.thread_variables(ClusterSpec.local(workers=2, ps=1, chief=True), {},
+                                  cores=8) == {"TF_NUM_INTRAOP_THREADS": "2"}
+
+
+@pytest.mark.slow
+def test_two_local_workers_start_tensorflow_with_their_share(caplog):
+  caplog.set_level(logging.INFO, logger="tfdist")
+  out = io.StringIO()
+  code = launch.launch_local([sys.executable, "-c", TASK], ClusterSpec.local(workers=2),
+                             output=out, timeout=120)
+  assert code == 0, out.getvalue()[-2000:]
+  share = max(1, threads.available_cores() // 2)
+  lines = re.findall(r"\[worker:\d\] THREADS (.*)", out.getvalue())
+  assert lines == [f"{share} {share} {share}"] * 2, out.getvalue()[-2000:]
+  said = [r.getMessage() for r in caplog.records if "share this machine's" in r.getMessage()]
+  assert said == [f"tfdist: 2 tasks share this machine's {threads.available_cores()} cores: "
+                  f"each gets TF_NUM_INTRAOP_THREADS={share} TF_NUM_INTEROP_THREADS={share} "
+                  "(set them in the environment to choose otherwise)"]
