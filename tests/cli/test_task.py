@@ -19,6 +19,16 @@ def test_a_jobset_pod_runs_its_command_with_its_tf_config():
                     "task": {"type": "worker", "index": 1}}
 
 
+def test_the_command_gets_the_task_site_first_on_its_python_path():
+  from tfdist.launch import task_keras
+  code = "import os; print('PYTHONPATH', os.environ['PYTHONPATH'])"
+  result = helpers.run(helpers.tfdist_cli("task", "--", sys.executable, "-c", code), timeout=60,
+                       env=dict(POD, PYTHONPATH="/mine"))
+  assert result.returncode == 0, result.stdout
+  paths = result.stdout.split("PYTHONPATH ", 1)[1].split()[0].split(":")
+  assert paths == [task_keras.SITE_DIR, "/mine"], paths
+
+
 def test_no_cluster_a_bad_pod_and_a_missing_program_are_one_line_errors():
   result = helpers.run(helpers.tfdist_cli("task", "--", *PRINT_TF_CONFIG), timeout=60)
   assert result.returncode == 2

@@ -5,13 +5,15 @@ Kubeflow Trainer v2 pod, a Vertex AI custom container, a SLURM step): the
 cluster and this task come from `tfdist.ClusterSpec.from_env()`, which asks
 each cluster environment in turn (`tfdist.cluster.environment`); the command
 then replaces this process with `TF_CONFIG` set, so any TensorFlow program
-reads it. An environment that names a task wrongly is one line, exit 2.
+reads it, and tfdist's task site first on `PYTHONPATH`, as `tfdist launch`
+gives its tasks (`tfdist.launch.task_keras`). An environment that names a task wrongly is one line, exit 2.
 """
 
 import os
 import sys
 
 from tfdist import cluster as cluster_lib
+from tfdist.launch import task_keras
 
 
 def main(argv) -> int:
@@ -33,7 +35,10 @@ def main(argv) -> int:
           f"Received: {'no environment' if environment is None else environment.name}",
           file=sys.stderr)
     return 2
-  env = dict(os.environ, TF_CONFIG=spec.tf_config(spec.task.type, spec.task.index))
+  # The task site, as `tfdist launch` gives it: Keras 3 scripts train under multi-worker
+  # strategies, Keras's own callbacks write once, a task that would train alone is told.
+  env = dict(os.environ, TF_CONFIG=spec.tf_config(spec.task.type, spec.task.index),
+             PYTHONPATH=task_keras.python_path(os.environ))
   print(f"tfdist task: {spec.task} of {spec} (from {environment.name})", flush=True)
   try:
     os.execvpe(command[0], command, env)

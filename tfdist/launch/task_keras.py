@@ -59,10 +59,15 @@ def variables(keras: Optional[str] = None,
   """The variables a task's environment gets for `keras` (see the module doc)."""
   environ = os.environ if environ is None else environ
   chosen = resolve(keras, environ)
-  python_path = environ.get("PYTHONPATH", "")
-  paths = [SITE_DIR] + [p for p in python_path.split(os.pathsep) if p and p != SITE_DIR]
   return {LEGACY_KERAS_ENV: "1" if chosen == keras_support.TF_KERAS else "0",
-          "PYTHONPATH": os.pathsep.join(paths)}
+          "PYTHONPATH": python_path(environ)}
+
+
+def python_path(environ: Optional[Mapping[str, str]] = None) -> str:
+  """`environ`'s PYTHONPATH with the task site first, once (for `tfdist task` in a pod too)."""
+  environ = os.environ if environ is None else environ
+  paths = environ.get("PYTHONPATH", "").split(os.pathsep)
+  return os.pathsep.join([SITE_DIR] + [p for p in paths if p and p != SITE_DIR])
 
 
 def enable_keras3_callbacks_on_import() -> None:
