@@ -4,6 +4,7 @@ import json
 import os
 import re
 import signal
+import stat
 import sys
 import time
 
@@ -123,6 +124,8 @@ def test_interrupted_and_resumed_equals_uninterrupted(name, tmp_path):
   backup = checkpoints.backup_and_restore(str(tmp_path))
   with pytest.raises(RuntimeError, match="interrupted"):
     fit([backup, _StopAt(2)])
+  # The backup folder tfdist made is its user's only: it is restored as found.
+  assert stat.S_IMODE(os.stat(backup.backup_dir).st_mode) == 0o700
   resumed, history = fit([checkpoints.backup_and_restore(str(tmp_path))])
   assert len(history.history["loss"]) == 2  # Epochs 3 and 4 only.
   for a, b in zip(straight.get_weights(), resumed.get_weights()):

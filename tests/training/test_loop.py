@@ -6,8 +6,10 @@ in-process chief + 2 workers + ps).
 """
 
 import json
+import os
 import re
 import signal
+import stat
 
 import numpy as np
 import pytest
@@ -162,12 +164,14 @@ def test_resuming_mid_epoch_runs_only_the_steps_left(tmp_path):
   x, y = _data(512)
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(64)
   model = _model(keras, strategy)
-  loop = _loop(keras, strategy, model, checkpoint_dir=str(tmp_path))
+  loop = _loop(keras, strategy, model, checkpoint_dir=str(tmp_path / "run"))
   loop.step.assign(6)  # As if stopped after step 6 of 4-step epochs: epoch 1, 2 steps in.
   loop.epoch.assign(1)
   history = loop.fit(dataset, epochs=3, steps_per_epoch=4, verbose=False)
   assert int(loop.step.numpy()) == 12
   assert history["examples"] == [128.0, 256.0]
+  # The checkpoint folder tfdist made is its user's only: it is restored as found.
+  assert stat.S_IMODE(os.stat(tmp_path / "run").st_mode) == 0o700
 
 
 @pytest.mark.slow

@@ -9,9 +9,9 @@ TensorBoard logs, and wire Keras's `BackupAndRestore` for resuming.
 
 Example:
 
-    >>> callbacks = [checkpointing.backup_and_restore(checkpoint_dir)]
+    >>> callbacks = [checkpoints.backup_and_restore(checkpoint_dir)]
     >>> model.fit(..., callbacks=callbacks)      # a restarted job resumes here
-    >>> checkpointing.save_model(model, os.path.join(checkpoint_dir, "model.keras"))
+    >>> checkpoints.save_model(model, os.path.join(checkpoint_dir, "model.keras"))
 """
 
 import contextlib
@@ -28,6 +28,7 @@ from typing import Iterator, Optional, Tuple
 import tensorflow as tf
 import tf_keras
 
+from tfdist import folders
 from tfdist import keras_support
 from tfdist.cluster import grace
 from tfdist.data import replay
@@ -60,6 +61,7 @@ def save_model(model, path: str,
   """
   # The model's own strategy: outside `strategy.scope()` the current one is the default.
   strategy = strategy or getattr(model, "distribute_strategy", None) or _strategy(None)
+  folders.makedirs(os.path.dirname(path) or ".")  # Its user's only, where tfdist makes it.
   with tf_internals.chief_file(path, strategy) as write_path:
     model.save(write_path)
   return path if write_path == path else None
@@ -71,6 +73,7 @@ def chief_dir(path: str, strategy: Optional[tf.distribute.Strategy] = None) -> I
 
   The temporary one is removed when the block ends, e.g. for TensorBoard logs.
   """
+  folders.makedirs(path)  # Its user's only, where tfdist makes it.
   with tf_internals.chief_dir(path, _strategy(strategy)) as write_dir:
     yield write_dir
 
@@ -261,6 +264,7 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
     self._pss = isinstance(self.model.distribute_strategy, tf.distribute.ParameterServerStrategy)
     # Keras counts no batches under PSS, so only epoch-level resume works there.
     self.save_freq = "epoch" if self._pss else _NEVER
+    folders.makedirs(self.backup_dir)  # Its user's only: a backup is restored as found.
     super().on_train_begin(logs)
     epoch, batch = tf_keras_internals.saved_position(self)
     if epoch >= 0:
@@ -425,6 +429,7 @@ def _keras3_backup_class():
       self.model.save_weights(os.path.join(directory, "probe.weights.h5"))
 
     def on_train_begin(self, logs=None):
+      folders.makedirs(self.backup_dir)  # Its user's only: a backup is restored as found.
       super().on_train_begin(logs)
       start = keras_internals.initial_epoch(self.model)  # Keras 3 sets it on restore.
       replay.read_on_keras3_fit(self, start, keras_internals.saved_batch(self))

@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Typ
 
 import tensorflow as tf
 
+from tfdist import folders
 from tfdist import keras_support
 from tfdist.internals import tensorflow as tf_internals
 from tfdist.training import accumulation
@@ -429,6 +430,7 @@ class Loop:
       return
     # Every worker saves (a save may read values across workers); only the
     # chief's copy stays (TF's rule, as in tfdist.training.checkpoints).
+    folders.makedirs(self._checkpoint_dir)  # Its user's only: restored as found.
     with tf_internals.chief_dir(self._checkpoint_dir, self.strategy) as write_dir:
       if write_dir == self._checkpoint_dir:
         self._manager.save(checkpoint_number=int(self.step.numpy()))
