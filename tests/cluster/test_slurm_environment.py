@@ -33,6 +33,12 @@ def test_ports_slurm_reserved_for_the_step_come_first():
   assert explicit.jobs["worker"][0] == "node1:40000"
 
 
+def test_one_node_in_a_private_network_is_localhost():
+  spec = slurm.cluster_spec_from_slurm(step_env(
+      1, nodelist="node1", tasks_per_node="2", ntasks=2, **{slurm.LOOPBACK_ENV: "1"}))
+  assert spec.jobs == {"worker": ("localhost:21234", "localhost:21235")}
+
+
 def test_all_tasks_agree_on_the_cluster():
   specs = [slurm.cluster_spec_from_slurm(step_env(rank)) for rank in range(4)]
   assert all(s.jobs == specs[0].jobs for s in specs)
@@ -71,6 +77,8 @@ def test_from_env_prefers_tf_config_then_slurm():
     (step_env(0, SLURM_STEP_RESV_PORTS="30001"), ValueError,
      r"SLURM reserved 1 port\(s\) for this step but a node runs 2 task\(s\): widen "
      r"MpiParams=ports.*Received: SLURM_STEP_RESV_PORTS='30001'"),
+    (step_env(0, **{slurm.LOOPBACK_ENV: "1"}), ValueError,
+     r"`TFDIST_SLURM_LOOPBACK=1` is for a step on one node .*Received: nodes \['node1', "),
     (step_env(0, SLURM_STEP_RESV_PORTS="a-b"), ValueError,
      r"`SLURM_STEP_RESV_PORTS` is not a list of ports.*Received: 'a-b'"),
 ])

@@ -21,8 +21,9 @@ def test_render_fills_every_field():
   assert "#SBATCH --ntasks=4" in script and "#SBATCH --job-name=demo" in script
   assert "#SBATCH --partition=gpu" in script and "#SBATCH --time=5" in script
   assert "export TFDIST_SLURM_NUM_PS=1" in script
-  assert "srun --kill-on-bad-exit=1 --label --ntasks=4 python train.py --epochs=3" in script
-  assert "${" not in script
+  assert "srun --kill-on-bad-exit=1 --label --ntasks=4 $tfdist_net python train.py --epochs=3" \
+      in script  # $tfdist_net: the private network on one node, else nothing.
+  assert not re.search(r"\$\{\w+\}", script)  # No field left (the shell's own have :-).
 
 
 def test_render_rejects_an_unknown_template_field(tmp_path):
@@ -117,21 +118,27 @@ def test_a_failing_job_returns_its_exit_code(slurm, tmp_path):
   result = helpers.run(helpers.tfdist_cli(
       "launch", "--slurm", "--workers=2", "--timeout=120", f"--workdir={workdir}", "--",
       sys.executable, "-c",
-      "import os, sys; print('rank', os.environ['SLURM_PROCID']); sys.exit(3)"),
+      "import os, socket, sys; print('rank', os.environ['SLURM_PROCID'], 'sees', "
+      "[name for _, name in socket.if_nameindex()]); sys.exit(3)"),
       timeout=200, env={"SLURM_CONF": slurm.conf})
   assert result.returncode == 3, result.stdout[-3000:]
   assert re.search(r"SLURM job \d+ ended FAILED, exit code 3", result.stdout)
   # The launch names the ports every host that reaches the node can reach, and the fix.
   # This cluster reserves ports per step (tests/slurm_cluster.py: MpiParams=ports=).
   assert "[tfdist launch] TensorFlow's servers of this job listen on ports in 30000-30999 " \
-      "(SLURM's MpiParams=ports=), and any free port for a tf.data service, of every " \
-      "interface of its nodes, without authentication" in result.stdout
+      "(SLURM's MpiParams=ports=), and any free port for a tf.data service, if its tasks " \
+      "span several nodes (on one node they run in a private network namespace; the job's " \
+      "first lines say which), of every interface of its nodes, without authentication" \
+      in result.stdout
   assert "Fix: run the nodes on a fabric only the cluster's own hosts reach" in result.stdout
   # The script's copy: a fresh name, readable by its owner only; the old name untouched.
   scripts = list(workdir.glob("tfdist-job-*.sbatch"))
   assert len(scripts) == 1 and stat.S_IMODE(scripts[0].stat().st_mode) == 0o600
   assert not (tmp_path / "not-followed").exists()
-  assert re.search(r"rank [01]", result.stdout)  # The job's output, from the quoted path.
+  # One node: every task in a private network namespace that has only loopback.
+  assert re.search(r"^tfdist: every task is on .*: they run in a private network namespace "
+                   r"with only loopback$", result.stdout, re.M), result.stdout[-3000:]
+  assert sorted(re.findall(r"^\d: rank (\d) sees \['lo'\]$", result.stdout, re.M)) == ["0", "1"]
 
 
 def test_job_names_directives_and_paths_stay_on_their_line():

@@ -6,6 +6,8 @@ CPU-only nodes it raises (`gpus_per_task=0`) or finds no tasks at all
 the task with local id `i` on node `n` listens on `n:ports[i]`, where the ports
 are `TFDIST_SLURM_PORT_BASE` onwards if set, else the ones SLURM reserved for
 the step (`MpiParams=ports=` in slurm.conf), else derived from the job id.
+With `TFDIST_SLURM_LOOPBACK=1` (tfdist's sbatch script sets it where every task
+is on one node and runs in a private network namespace) the host is `localhost`.
 
 Under `srun`, `ClusterSpec.from_env()` uses this automatically when there is no
 TF_CONFIG (`SLURMEnvironment`), so the same script runs under `tfdist launch`,
@@ -28,6 +30,8 @@ from tfdist.internals import tensorflow as tf_internals
 PORT_BASE_ENV = "TFDIST_SLURM_PORT_BASE"
 RESV_PORTS_ENV = "SLURM_STEP_RESV_PORTS"
 NUM_PS_ENV = "TFDIST_SLURM_NUM_PS"
+# Set by tfdist's sbatch script where the tasks share one node's private network.
+LOOPBACK_ENV = "TFDIST_SLURM_LOOPBACK"
 _REQUIRED = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST",
              "SLURM_STEP_TASKS_PER_NODE")
 
@@ -122,6 +126,11 @@ def cluster_spec_from_slurm(environ: Optional[Mapping[str, str]] = None, *,
   if reserved is None:
     base = port_base(environ)
     reserved = [base + local for local in range(max(per_node))]
+  if environ.get(LOOPBACK_ENV) == "1":
+    if len(nodes) != 1:
+      raise ValueError(f"`{LOOPBACK_ENV}=1` is for a step on one node (its tasks share a "
+                       f"private network): unset it. Received: nodes {nodes}")
+    nodes = ["localhost"]
   addresses: List[str] = [f"{node}:{reserved[local]}"
                           for node, count in zip(nodes, per_node) for local in range(count)]
   if num_ps is None:

@@ -21,7 +21,8 @@ from typing import Iterable
 PORTS = {
     "slurm": ("ports 20000-39999 of the compute nodes (20000 + job id % 20000 + the "
               "task's index on its node; `squeue` shows node and job id to every user), "
-              "or the range SLURM reserves with MpiParams=ports="),
+              "or the range SLURM reserves with MpiParams=ports=, where a job's tasks span "
+              "several nodes (on one node they run in a private network namespace)"),
     "ray": ("a free port per task, and the tf.data service's, on each task's Ray node; "
             "Ray's token authentication covers Ray's own ports, not these"),
 }

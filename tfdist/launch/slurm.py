@@ -15,7 +15,9 @@ written beside the job's output under a fresh name, readable by its owner only.
 Job names and extra directives are checked (one line, sane characters: a newline
 in a `#SBATCH` line would add shell lines) and paths are shell-quoted. The
 tasks' TensorFlow servers listen on ports every host that reaches the nodes can
-reach; the launch says which (`tfdist.launch.exposure`).
+reach; the launch says which (`tfdist.launch.exposure`). Where every task is on
+one node, the script runs them in a private network namespace with only
+loopback, as local launches do (`TFDIST_NETWORK=host` at submission opts out).
 """
 
 import os
@@ -55,16 +57,40 @@ _DATA_SERVICE = """\
 # tf.data service (tfdist launch --data_workers): a dispatcher on this node and
 # ${data_workers} data worker(s), beside the training step; trainers read
 # through it with tfdist.data.service.distribute.
-data_host=$$(hostname)
-data_port=$$(${python} -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
+data_host=$${tfdist_host:-$$(hostname)}
+data_port=$$(${net}${python} -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
 export ${service_env}="${protocol}://$$data_host:$$data_port"
 export ${job_env}="slurm-$$SLURM_JOB_ID"
 srun --overlap --nodes=1 --ntasks=1 --relative=0 --output=${dispatcher_output} \\
-  ${python} -m tfdist data_service --role=dispatcher --port="$$data_port" ${journal} &
+  ${net}${python} -m tfdist data_service --role=dispatcher --port="$$data_port" ${journal} &
 srun --overlap --ntasks=${data_workers} --output=${data_worker_output} \\
-  bash -c 'exec "$$0" -m tfdist data_service --role=worker --port=0 \\
-    --dispatcher_address="$$1" --worker_address="$$(hostname):%port%"' \\
-  ${python} "$$data_host:$$data_port" &
+  ${net}bash -c 'exec "$$0" -m tfdist data_service --role=worker --port=0 \\
+    --dispatcher_address="$$1" --worker_address="$${2:-$$(hostname)}:%port%"' \\
+  ${python} "$$data_host:$$data_port" "$${tfdist_host:-}" &
+"""
+
+# Where every task is on one node, they run in a private network namespace
+# with only loopback, as `tfdist launch` runs them locally
+# (`tfdist.launch.private_network`): a holder process makes it and each task
+# joins it (nsenter), with `localhost` in its cluster (`tfdist.cluster.slurm`).
+# Where none can be made, the job says so and runs on the node's network.
+_PRIVATE_NETWORK = """\
+# One node: a private network namespace with only loopback, which nothing
+# outside reaches (TFDIST_NETWORK=host at submission keeps the node's network).
+tfdist_net=""  # Words without spaces: expanded unquoted, also by bash before 4.4.
+if [ "$${SLURM_JOB_NUM_NODES:-1}" = 1 ] && [ "$${TFDIST_NETWORK:-auto}" != host ]; then
+  coproc tfdist_holder { exec unshare --user --map-root-user --net -- ${python} -c \\
+    'from tfdist.launch import private_network as p; p.loopback_up(); print("ready", flush=True); input()' \\
+    2>/dev/null; }
+  if read -r -t 30 tfdist_ready <&"$${tfdist_holder[0]}" && [ "$$tfdist_ready" = ready ]; then
+    tfdist_net="nsenter --target=$$tfdist_holder_PID --user --net --preserve-credentials --"
+    tfdist_host=localhost
+    export ${loopback_env}=1
+    echo "tfdist: every task is on $$(hostname): they run in a private network namespace with only loopback"
+  else
+    echo "tfdist: WARNING: no private network namespace on $$(hostname) (are unprivileged user namespaces disabled?): the tasks listen on its network"
+  fi
+fi
 """
 
 
@@ -104,6 +130,9 @@ def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
   check_names(job_name, extra_directives, output, data_work_dir)
   with open(template or TEMPLATE) as f:
     text = f.read()
+  # A template without the field (a user's older copy) runs on the nodes' network.
+  private = "${private_network}" in text
+  net = "$tfdist_net " if private else ""
   data_service = ""
   if data_workers:
     if "${data_service}" not in text:
@@ -113,7 +142,7 @@ def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
           f"{TEMPLATE}. Received: data_workers={data_workers}")
     journal = f"--work_dir={shlex.quote(data_work_dir)}" if data_work_dir else ""
     data_service = string.Template(_DATA_SERVICE).substitute(
-        data_workers=data_workers, python=shlex.quote(sys.executable), journal=journal,
+        data_workers=data_workers, python=shlex.quote(sys.executable), journal=journal, net=net,
         dispatcher_output=shlex.quote(f"{output}.dispatcher"),
         data_worker_output=shlex.quote(f"{output}.data_worker_%t"),
         service_env=data_service_lib.SERVICE_ENV,
@@ -121,7 +150,9 @@ def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
   try:
     return string.Template(text).substitute(
         job_name=job_name, ntasks=ntasks, output=shlex.quote(output), time_minutes=time_minutes,
-        num_ps=num_ps, command=shlex.join(command), data_service=data_service,
+        num_ps=num_ps, command=net + shlex.join(command), data_service=data_service,
+        private_network=string.Template(_PRIVATE_NETWORK).substitute(
+            python=shlex.quote(sys.executable), loopback_env=slurm_cluster.LOOPBACK_ENV),
         # srun cannot start more tasks in a step than the job has.
         allocated_tasks=max(ntasks, data_workers),
         extra_directives="\n".join(f"#SBATCH {d}" for d in extra_directives))
@@ -143,7 +174,9 @@ def _ports(job_id: str, ntasks: int, env: Mapping[str, str]) -> str:
   else:
     base = slurm_cluster.port_base({**env, "SLURM_JOB_ID": job_id})
     where = exposure.ranges(range(base, base + ntasks))
-  return f"{where}, and any free port for a tf.data service,"
+  return (f"{where}, and any free port for a tf.data service, if its tasks span several "
+          "nodes (on one node they run in a private network namespace; the job's first "
+          "lines say which),")
 
 
 def _run(args: Sequence[str], env: Optional[Mapping[str, str]],
