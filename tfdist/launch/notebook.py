@@ -91,7 +91,8 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
     if code != 0:
       raise local.LaunchError(f"The cluster {job} ended with exit code {code}; see the lines "
                               f"above. Received: exit code {code}")
-    return result_channel.read(result_file)
+    # Only a function's launch has a result; a script's writes none to read.
+    return result_channel.read(result_file) if callable(function_or_script) else None
 
 
 def ray_launch(function_or_script, *, address: Optional[str] = None, **kwargs) -> Any:
