@@ -27,6 +27,7 @@ Keras versions tested (`TESTED`); `disable_chief_writes()` is the undo.
 """
 
 import contextlib
+import json
 import logging
 from typing import Callable, Optional
 
@@ -63,7 +64,8 @@ def enable_chief_writes(on_restore: Optional[Callable[[object, int, int], None]]
     on_restore: called as `on_restore(callback, epoch, batch)` in a
       `BackupAndRestore`'s `on_train_begin` under multi-worker
       MultiWorkerMirroredStrategy, after Keras restored the backup: the epoch
-      `fit` resumes (0-based) and the last batch trained in it (-1: none).
+      `fit` resumes (0-based) and the last batch trained in it (-1: none);
+      (0, -1) for a fresh start.
 
   Returns:
     Whether the patch is in place (False on an untested Keras, with a warning).
@@ -117,7 +119,7 @@ def _patch_backup(cls, on_restore):
       if not _multi_worker(self):
         return
       epoch = keras_internals.initial_epoch(self.model)
-      batch = keras_internals.saved_batch(self)
+      batch = _saved_batch(self)
       steps = (self.params or {}).get("steps")
       if steps and batch >= steps - 1:
         # Backed up after its epoch's last batch: the next epoch is where to go on (fit
@@ -125,7 +127,7 @@ def _patch_backup(cls, on_restore):
         epoch, batch = epoch + 1, -1
         self.model._initial_epoch = epoch
       self._tfdist_position = (epoch, batch)
-      if (epoch or batch >= 0) and on_restore is not None:
+      if on_restore is not None:  # A fresh start too: (0, -1).
         on_restore(self, epoch, batch)
     return patched
 
@@ -160,6 +162,7 @@ def _patch_backup(cls, on_restore):
         with tf_internals.chief_dir(self.backup_dir, _strategy(self)) as write_dir:
           with keras_internals.backup_written_to(self, write_dir):
             original(self)
+            _mark_batch(self._training_metadata_path)
       finally:
         self._last_batch_seen = counted
     return patched
@@ -180,6 +183,31 @@ def _patch_backup(cls, on_restore):
                      ("on_train_batch_end", on_train_batch_end), ("on_epoch_end", on_epoch_end),
                      ("_save_model", save_model), ("on_train_end", on_train_end)):
     _replace(cls, name, make)
+
+
+# Keras records batch 0 at an epoch's end too; a backup whose batch tfdist recorded
+# says so, and only its batch is read on after (others resume at their epoch's start).
+_MARK = "batch_recorded_by"
+
+
+def _mark_batch(metadata_path: str) -> None:
+  import tensorflow as tf
+  with tf.io.gfile.GFile(metadata_path) as f:
+    metadata = json.load(f)
+  metadata[_MARK] = "tfdist"
+  with tf.io.gfile.GFile(metadata_path, "w") as f:
+    json.dump(metadata, f)
+
+
+def _saved_batch(callback) -> int:
+  """The last batch trained in the epoch a restored backup resumes (-1: none, or not recorded)."""
+  import tensorflow as tf
+  path = callback._training_metadata_path
+  if not tf.io.gfile.exists(path):
+    return -1
+  with tf.io.gfile.GFile(path) as f:
+    metadata = json.load(f)
+  return int(metadata.get("batch", -1)) if metadata.get(_MARK) == "tfdist" else -1
 
 
 # --- ModelCheckpoint ---------------------------------------------------------
