@@ -47,3 +47,18 @@ def test_no_cluster_a_bad_pod_and_a_missing_program_are_one_line_errors():
   assert result.stdout.strip().splitlines()[-1] == (
       "tfdist task: could not run '/nonexistent/train': No such file or directory. Received: "
       "command=['/nonexistent/train']")
+
+
+def test_a_pod_whose_steps_stop_dumps_its_stacks_says_where_and_exits_3(tmp_path):
+  import os
+  from tfdist import launch
+  # Worker 1 of the loop blocks after 3 steps in its first attempt; its pod watches it alone.
+  script = os.path.join(helpers.SCRIPTS, "stall_loop.py")
+  result = helpers.run(helpers.tfdist_cli("task", "--", sys.executable, script, str(tmp_path)),
+                       timeout=60, env=dict(POD, TFDIST_STALL_TIMEOUT="1", TFDIST_GRACE_PERIOD="2"))
+  assert result.returncode == launch.STALL_EXIT_CODE, result.stdout
+  assert "tfdist task: worker:1's Python stacks:" in result.stdout
+  assert "tfdist task: stalled: no training step completed anywhere for" in result.stdout
+  assert "worker:1 is not waiting inside TensorFlow (a collective waits there): it is in " \
+      "wait_forever (" in result.stdout, result.stdout
+  assert "done" not in result.stdout.replace("steps done", "")

@@ -7,13 +7,23 @@ each cluster environment in turn (`tfdist.cluster.environment`); the command
 then replaces this process with `TF_CONFIG` set, so any TensorFlow program
 reads it, and tfdist's task site first on `PYTHONPATH`, as `tfdist launch`
 gives its tasks (`tfdist.launch.task_keras`). An environment that names a task wrongly is one line, exit 2.
+
+In a job of two or more training tasks the command runs as a child instead,
+watched for stalls (`tfdist.launch.watchdog.watch_task`; `TFDIST_STALL_TIMEOUT`,
+0 for the plain replacement): a task whose steps stop dumps its stacks, says
+where it is, and exits with code 3 for the platform to restart the job.
 """
 
 import os
+import signal
 import sys
 
 from tfdist import cluster as cluster_lib
+from tfdist import launch as launch_lib
+from tfdist.cluster import grace
+from tfdist.launch import supervision
 from tfdist.launch import task_keras
+from tfdist.launch import watchdog
 
 
 def main(argv) -> int:
@@ -40,9 +50,36 @@ def main(argv) -> int:
   env = dict(os.environ, TF_CONFIG=spec.tf_config(spec.task.type, spec.task.index),
              PYTHONPATH=task_keras.python_path(os.environ))
   print(f"tfdist task: {spec.task} of {spec} (from {environment.name})", flush=True)
+  training = sum(1 for task in spec.tasks() if launch_lib.must_finish(spec, task)
+                 and task.type != cluster_lib.EVALUATOR)
+  try:
+    stall_timeout = watchdog.resolve_timeout(None, training, env)
+    grace_period, _ = grace.grace_period(env)
+  except ValueError as e:
+    print(f"tfdist task: {e}", file=sys.stderr)
+    return 2
+  if stall_timeout and spec.task.type != cluster_lib.EVALUATOR:
+    return _watched(command, env, str(spec.task), stall_timeout, grace_period)
   try:
     os.execvpe(command[0], command, env)
   except OSError as e:
     print(f"tfdist task: could not run {command[0]!r}: {e.strerror}. Received: "
           f"command={command!r}", file=sys.stderr)
     return 127
+
+
+def _watched(command, env, task, stall_timeout, grace_period) -> int:
+  """The command as a child, watched alone for stalls: the launcher cannot see a pod's steps."""
+  try:
+    # The task dies with this wrapper, as it did when the wrapper replaced itself with it.
+    code = watchdog.watch_task(command, env, task, stall_timeout, sys.stdout, grace_period,
+                               preexec_fn=supervision.die_with_parent(os.getpid()))
+  except OSError as e:
+    print(f"tfdist task: could not run {command[0]!r}: {e.strerror}. Received: "
+          f"command={command!r}", file=sys.stderr)
+    return 127
+  if code < 0:  # Die of the same signal, as the command did.
+    sys.stdout.flush()
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+  return code

@@ -30,8 +30,8 @@ from tfdist.launch import watchdog as watchdog_lib
 _TAIL_LINES = 20
 # Exit code for a cluster stopped by the overall timeout, as timeout(1) uses.
 TIMEOUT_EXIT_CODE = 124
-# Exit code for a job ended by the stall watchdog (tfdist.launch.watchdog).
-STALL_EXIT_CODE = 3
+# Exit code for a job ended by the stall watchdog.
+STALL_EXIT_CODE = watchdog_lib.STALL_EXIT_CODE
 
 
 class LaunchError(RuntimeError):

@@ -26,9 +26,12 @@ Example:
 import dataclasses
 import os
 import re
+import shutil
+import signal
+import subprocess
 import tempfile
 import time
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from tfdist import progress
 
@@ -41,6 +44,8 @@ BOUNDARY_FACTOR = 3.0
 BOUNDARY_SECONDS = 60.0
 # How many mean steps of the slowest task fit in the limit, when that is longer.
 STEP_FACTOR = 20.0
+# Exit code of a job (or, under `tfdist task`, a task) ended by the watchdog.
+STALL_EXIT_CODE = 3
 # Seconds the tasks get to write their stacks after SIGUSR1.
 STACKS_WAIT = 5.0
 
@@ -253,3 +258,58 @@ def describe(stall: Stall) -> str:
   return (f"no training step completed anywhere for {stall.seconds:.0f}s (the limit: "
           f"{stall.limit:g}s; steps done: {steps})")
 
+
+
+def where(task: str, stacks: str) -> str:
+  """One line saying where a single task is, from its stacks (for a task watched alone)."""
+  frames = own_code_frames(stacks)
+  if frames:
+    return f"{task} is not waiting inside TensorFlow (a collective waits there): it is in {frames[0]}"
+  return (f"{task} waits inside TensorFlow (a collective, or an input pipeline's C++ code): "
+          "compare its stacks with the other tasks'")
+
+
+def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeout: float,
+               output: TextIO, grace_period: float, preexec_fn=None) -> int:
+  """Runs `command` as a child watched alone (`tfdist task` in a pod); its exit code.
+
+  Where the launcher cannot see every task (a Kubernetes pod), each task's
+  wrapper watches its own: in a stalled job every task stops at once, so each
+  dumps its stacks into its own log, says where it is, and exits with
+  STALL_EXIT_CODE for the platform to restart the job. SIGTERM and SIGINT are
+  passed on to the child; `preexec_fn` runs in it before the command (e.g.
+  `supervision.die_with_parent`, so that a killed wrapper leaves no task).
+  """
+  directory = make_directory()
+  try:
+    child = subprocess.Popen(list(command), env={**env, progress.PROGRESS_DIR_ENV: directory},
+                             preexec_fn=preexec_fn)
+    forward = lambda signum, frame: child.send_signal(signum)
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+      dog = StallWatchdog(directory, timeout)
+      while True:
+        try:
+          return child.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+          pass
+        stall = dog.check()
+        if stall is None:
+          continue
+        text = dog.stacks(stall.reports).get(task, "")
+        output.write(f"tfdist task: {task}'s Python stacks:\n{text}")
+        output.write(f"tfdist task: stalled: {describe(stall)}; {where(task, text)}; "
+                     "stopping it\n")
+        output.flush()
+        child.terminate()
+        try:
+          child.wait(timeout=grace_period)
+        except subprocess.TimeoutExpired:
+          child.kill()
+          child.wait()
+        return STALL_EXIT_CODE
+    finally:
+      for sig, handler in previous.items():
+        signal.signal(sig, handler)
+  finally:
+    shutil.rmtree(directory, ignore_errors=True)
