@@ -14,6 +14,8 @@ import pytest
 
 import helpers
 import kubernetes_pods
+from tfdist.launch import Job
+from tfdist.launch import kubernetes
 from tfdist.launch import jobset
 
 SCRIPT = os.path.join(helpers.SCRIPTS, "ray_fit.py")
@@ -27,8 +29,10 @@ def _results(stdout):
 @pytest.mark.slow
 def test_a_jobset_pod_killed_mid_training_restarts_the_whole_job_which_resumes_from_its_backup(
     tmp_path):
-  docs = jobset.jobset("digits", image="img:1", workers=2, max_restarts=1, command=[
-      "python", SCRIPT, "tf_keras", "multi_worker_mirrored", f"backup={tmp_path / 'backup'}"])
+  docs = jobset.jobset(
+      Job(workers=2),
+      ["python", SCRIPT, "tf_keras", "multi_worker_mirrored", f"backup={tmp_path / 'backup'}"],
+      kubernetes.ManifestOptions(name="digits", image="img:1", max_restarts=1))
   rehearsal = kubernetes_pods.Rehearsal(docs).start(str(tmp_path))
   lines = []
   try:
@@ -56,8 +60,9 @@ def test_a_jobset_pod_killed_mid_training_restarts_the_whole_job_which_resumes_f
 
 @pytest.mark.slow
 def test_a_trainjob_of_a_chief_a_worker_and_a_ps_trains_to_the_end(tmp_path):
-  docs = jobset.trainjob("digits", image="img:1", workers=1, ps=1, chief=True, max_restarts=0,
-                         command=["python", SCRIPT, "tf_keras", "parameter_server"])
+  docs = jobset.trainjob(Job(workers=1, ps=1, chief=True),
+                         ["python", SCRIPT, "tf_keras", "parameter_server"],
+                         kubernetes.ManifestOptions(name="digits", image="img:1", max_restarts=0))
   rehearsal = kubernetes_pods.Rehearsal(docs, success_jobs=["node"]).start(str(tmp_path))
   try:
     stdout = rehearsal.finish(timeout=240)

@@ -13,8 +13,14 @@ import pytest
 import yaml
 
 import helpers
+from tfdist.launch import Job
 from tfdist.launch import kubernetes
 from tfdist.cluster import ClusterSpec
+
+def _options(**kwargs):
+  """Manifest options for job "digits" of image "img:1", and `kwargs`."""
+  return kubernetes.ManifestOptions(**{"name": "digits", "image": "img:1", **kwargs})
+
 
 COMMAND = ["python", "train.py", "--epochs=3"]
 
@@ -34,8 +40,8 @@ def assert_consistent(configs, spec):
 
 
 def test_tfjob_replicas_and_operator_tf_config():
-  docs = parse(kubernetes.tfjob("digits", image="img:1", command=COMMAND, workers=2, ps=1,
-                                chief=True, namespace="ml"))
+  docs = parse(kubernetes.tfjob(Job(workers=2, ps=1, chief=True), COMMAND,
+                                _options(namespace="ml")))
   job, policy = docs
   assert job["kind"] == "TFJob" and job["apiVersion"] == "kubeflow.org/v1"
   assert policy["kind"] == "NetworkPolicy"
@@ -53,8 +59,7 @@ def test_tfjob_replicas_and_operator_tf_config():
 
 
 def test_indexed_jobs_service_and_tf_config():
-  docs = parse(kubernetes.indexed_jobs("digits", image="img:1", command=COMMAND, workers=3,
-                                       ps=1, chief=True))
+  docs = parse(kubernetes.indexed_jobs(Job(workers=3, ps=1, chief=True), COMMAND, _options()))
   service, *jobs, policy = docs
   assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
   assert policy["kind"] == "NetworkPolicy"
@@ -74,9 +79,9 @@ def test_indexed_jobs_service_and_tf_config():
 
 def test_indexed_job_container_really_builds_its_tf_config():
   """Runs the container's own command line, as the pod would, for index 1."""
-  docs = kubernetes.indexed_jobs("digits", image="img:1", workers=2,
-                                 command=[sys.executable, "-c",
-                                          "import os; print(os.environ['TF_CONFIG'])"])
+  docs = kubernetes.indexed_jobs(
+      Job(workers=2), [sys.executable, "-c", "import os; print(os.environ['TF_CONFIG'])"],
+      _options())
   container = docs[1]["spec"]["template"]["spec"]["containers"][0]
   env = {e["name"]: e["value"] for e in container["env"]}
   out = subprocess.run(container["command"], capture_output=True, text=True, timeout=30,
@@ -86,8 +91,7 @@ def test_indexed_job_container_really_builds_its_tf_config():
 
 
 def test_manifests_carry_no_environment():
-  text = kubernetes.to_yaml(kubernetes.indexed_jobs("digits", image="img:1", command=COMMAND,
-                                                    workers=2))
+  text = kubernetes.to_yaml(kubernetes.indexed_jobs(Job(workers=2), COMMAND, _options()))
   for name in ("PATH", "HOME", os.environ.get("HOME", "/root")):
     assert name not in text
 
@@ -102,7 +106,8 @@ def test_manifests_carry_no_environment():
 def test_errors(kwargs, match):
   args = {"name": "digits", "image": "img:1", "command": COMMAND, "workers": 2, **kwargs}
   with pytest.raises(ValueError, match=match):
-    kubernetes.indexed_jobs(**args)
+    kubernetes.indexed_jobs(Job(workers=args.pop("workers")), args.pop("command"),
+                            kubernetes.ManifestOptions(**args))
 
 
 @pytest.mark.parametrize("kind, path, args", [
@@ -128,8 +133,7 @@ KUBERNETES_VERSIONS = ("1.25", "latest")
 @pytest.mark.parametrize("ps, chief", [(0, False), (1, True)])
 def test_indexed_jobs_are_valid_kubernetes(ps, chief):
   import kubernetes_validate
-  docs = parse(kubernetes.indexed_jobs("digits", image="img:1", command=COMMAND, workers=2,
-                                       ps=ps, chief=chief))
+  docs = parse(kubernetes.indexed_jobs(Job(workers=2, ps=ps, chief=chief), COMMAND, _options()))
   for version in KUBERNETES_VERSIONS:
     version = kubernetes_validate.latest_version() if version == "latest" else version
     for doc in docs:  # Strict: an unknown field is an error too.
@@ -163,8 +167,7 @@ def _unknown_fields(data, model, path="") -> list:
 
 def test_tfjob_matches_kubeflow_training_api():
   from kubeflow.training import models as kubeflow
-  doc, _ = parse(kubernetes.tfjob("digits", image="img:1", command=COMMAND, workers=2, ps=1,
-                                  chief=True))
+  doc, _ = parse(kubernetes.tfjob(Job(workers=2, ps=1, chief=True), COMMAND, _options()))
   assert _unknown_fields(doc, kubeflow.KubeflowOrgV1TFJob) == []
   assert _unknown_fields({"spec": {"runPolicy": {"cleanUpPolicy": "x"}}},
                          kubeflow.KubeflowOrgV1TFJob) == [".spec.runPolicy.cleanUpPolicy"]
@@ -177,7 +180,8 @@ def test_restart_policies_follow_the_launchers_model(build):
   # Before: TFJob ps tasks never restarted while a restarted chief waited for
   # them, and Indexed Jobs failed on the first pod failure (backoffLimit 0).
   def policies(**counts):
-    docs = parse(build("digits", image="img:1", command=COMMAND, **counts))
+    docs = parse(build(Job(**counts), COMMAND,
+                       _options()))
     if docs[0]["kind"] == "TFJob":
       return {name.lower(): spec["restartPolicy"]
               for name, spec in docs[0]["spec"]["tfReplicaSpecs"].items()}
@@ -197,16 +201,15 @@ def test_restart_policies_follow_the_launchers_model(build):
 
 
 def test_tasks_wait_minutes_for_their_peers():
-  for docs in (kubernetes.tfjob("d", image="i:1", command=COMMAND, workers=2),
-               kubernetes.indexed_jobs("d", image="i:1", command=COMMAND, workers=2)):
+  for docs in (kubernetes.tfjob(Job(workers=2), COMMAND, _options()),
+               kubernetes.indexed_jobs(Job(workers=2), COMMAND, _options())):
     text = kubernetes.to_yaml(docs)
     assert "name: TFDIST_PREFLIGHT_TIMEOUT\n" in text and "value: '600'" in text
 
 
 @pytest.mark.parametrize("build", [kubernetes.indexed_jobs, kubernetes.tfjob])
 def test_data_workers_add_a_tf_data_service_the_trainers_are_told_of(build):
-  docs = parse(build("digits", image="img:1", command=COMMAND, workers=2, data_workers=3,
-                     data_journal=True))
+  docs = parse(build(Job(workers=2, data_workers=3), COMMAND, _options(data_journal=True)))
   sets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "StatefulSet"}
   assert {n: s["spec"]["replicas"] for n, s in sets.items()} == {
       "digits-data-dispatcher": 1, "digits-data-worker": 3}
@@ -245,8 +248,7 @@ def _containers(doc):
 
 def test_a_data_worker_pod_registers_under_its_stable_dns_name():
   """Runs the worker container's command line, with `echo` for python."""
-  docs = kubernetes.indexed_jobs("digits", image="img:1", command=COMMAND, workers=1,
-                                 data_workers=1)
+  docs = kubernetes.indexed_jobs(Job(workers=1, data_workers=1), COMMAND, _options())
   worker = next(d for d in docs if d["metadata"]["name"] == "digits-data-worker")
   command = ["echo" if arg == "python" else arg
              for arg in worker["spec"]["template"]["spec"]["containers"][0]["command"]]
@@ -277,11 +279,11 @@ def test_jobset_and_trainjob_are_valid_against_their_api_models_and_kubernetes(
     ps, chief, evaluator):
   import kubernetes_validate
   from kubeflow_trainer_api import models
-  counts = dict(workers=2, ps=ps, chief=chief, evaluator=evaluator, max_restarts=3)
-  jobset_doc, _ = parse(jobset.jobset("digits", image="img:1", command=COMMAND, **counts))
+  job = Job(workers=2, ps=ps, chief=chief, evaluator=evaluator)
+  options = _options(max_restarts=3)
+  jobset_doc, _ = parse(jobset.jobset(job, COMMAND, options))
   _strictly(models.JobsetV1alpha2JobSet, jobset_doc)
-  runtime, trainjob, _ = parse(jobset.trainjob("digits", image="img:1", command=COMMAND,
-                                                **counts))
+  runtime, trainjob, _ = parse(jobset.trainjob(job, COMMAND, options))
   _strictly(models.TrainerV1alpha1ClusterTrainingRuntime, runtime)
   _strictly(models.TrainerV1alpha1TrainJob, trainjob)
   # Every Job template is a valid batch/v1 Job for Kubernetes itself, strictly.
@@ -303,7 +305,8 @@ def test_jobset_and_trainjob_are_valid_against_their_api_models_and_kubernetes(
 
 def test_jobset_restarts_the_whole_job_except_for_a_parameter_server_worker():
   def policies(**counts):
-    doc, _ = jobset.jobset("digits", image="img:1", command=COMMAND, max_restarts=2, **counts)
+    doc, _ = jobset.jobset(Job(**counts), COMMAND,
+                           _options(max_restarts=2))
     assert doc["spec"]["failurePolicy"] == {
         "maxRestarts": 2, "rules": [{"name": "restartFromTheBackup", "action": "RestartJobSet"}]}
     return {r["name"]: (r["template"]["spec"]["template"]["spec"]["restartPolicy"],
@@ -315,8 +318,8 @@ def test_jobset_restarts_the_whole_job_except_for_a_parameter_server_worker():
       {"chief": ("Never", 0), "worker": ("OnFailure", kubernetes.BACKOFF_LIMIT),
        "ps": ("Never", 0), "evaluator": ("Never", 0)},
       {"operator": "All", "targetReplicatedJobs": ["chief", "evaluator"]})
-  runtime, trainjob, _ = jobset.trainjob("digits", image="img:1", command=COMMAND, workers=2,
-                                         ps=1, chief=True, max_restarts=2)
+  runtime, trainjob, _ = jobset.trainjob(Job(workers=2, ps=1, chief=True), COMMAND,
+                                         _options(max_restarts=2))
   assert runtime["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] == 2
   assert trainjob["spec"]["trainer"]["numNodes"] == 4
   assert trainjob["spec"]["trainer"]["command"] == ["python", "-m", "tfdist", "task", "--",
@@ -336,8 +339,7 @@ def test_jobset_and_trainjob_cli_output_matches_the_committed_examples(kind, pat
 
 @pytest.mark.parametrize("build", [jobset.jobset, jobset.trainjob])
 def test_jobset_and_trainjob_carry_the_tf_data_service_and_tell_every_pod(build):
-  docs = parse(build("digits", image="img:1", command=COMMAND, workers=2, data_workers=2,
-                     data_journal=True))
+  docs = parse(build(Job(workers=2, data_workers=2), COMMAND, _options(data_journal=True)))
   sets = {d["metadata"]["name"]: d["spec"]["replicas"] for d in docs if d["kind"] == "StatefulSet"}
   assert sets == {"digits-data-dispatcher": 1, "digits-data-worker": 2}
   for pod in jobset.pods(docs):
@@ -406,8 +408,9 @@ def _every_kind(**kwargs):
   """(kind, data workers, manifests) for every kind, with and without the tf.data service."""
   for kind, build in sorted(kubernetes.MANIFESTS.items()):
     for data_workers in (0, 2):
-      yield kind, data_workers, build("digits", command=COMMAND, workers=2, ps=1, chief=True,
-                                      data_workers=data_workers, data_journal=True, **kwargs)
+      yield kind, data_workers, build(
+          Job(workers=2, ps=1, chief=True, data_workers=data_workers), COMMAND,
+          kubernetes.ManifestOptions(name="digits", data_journal=True, **kwargs))
 
 
 def test_every_pod_of_every_kind_is_labelled_hardened_and_admitted_only_from_its_job():
@@ -474,8 +477,10 @@ def test_checkov_finds_nothing_in_any_kind_but_what_its_config_skips(tmp_path):
       (tmp_path / f"{kind}-{data_workers}-pods.yaml").write_text(
           kubernetes.to_yaml(_controller_jobs(docs) + policy))
   # The control: no policy, and a container without its securityContext.
-  control = kubernetes.indexed_jobs("broken", image=DIGEST_IMAGE, command=COMMAND, workers=1,
-                                    namespace="ml", run_as_user=10001, network_policy=False)
+  control = kubernetes.indexed_jobs(
+      Job(workers=1), COMMAND,
+      _options(name="broken", image=DIGEST_IMAGE, namespace="ml", run_as_user=10001,
+               network_policy=False))
   del control[1]["spec"]["template"]["spec"]["containers"][0]["securityContext"]
   (tmp_path / "control.yaml").write_text(kubernetes.to_yaml(control))
   # Offline: no policies to download, no update check.

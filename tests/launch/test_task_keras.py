@@ -6,6 +6,7 @@ import re
 import pytest
 
 import helpers
+from tfdist.launch import Job
 from tfdist.launch import kubernetes
 from tfdist.launch import task_keras
 
@@ -46,8 +47,9 @@ def test_a_task_that_never_imports_keras_loads_no_keras():
 def test_manifests_choose_the_keras_of_the_flag_not_of_this_machine(kind, monkeypatch):
   monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")
   for keras, value in ((None, "1"), ("keras3", "0")):
-    docs = kubernetes.MANIFESTS[kind]("job", image="img", command=["python", "t.py"],
-                                      workers=2, keras=keras)
+    docs = kubernetes.MANIFESTS[kind](Job(workers=2), ["python", "t.py"],
+                                      kubernetes.ManifestOptions(name="job", image="img",
+                                                                 keras=keras))
     text = kubernetes.to_yaml(docs)
     assert re.search(rf"name: TF_USE_LEGACY_KERAS\s+value: '{value}'", text), text
 

@@ -32,8 +32,9 @@ its `runtimePatches` (manager `tfdist`), since the runtime is shared.
 
 Example:
 
-    >>> docs = jobset("mnist", image="me/train:1", command=["python", "train.py"],
-    ...               workers=2, max_restarts=3)
+    >>> from tfdist.launch import Job
+    >>> docs = jobset(Job(workers=2), ["python", "train.py"],
+    ...               kubernetes.ManifestOptions(image="me/train:1", name="mnist"))
     >>> print(kubernetes.to_yaml(docs))    # kubectl apply -f -
 """
 
@@ -43,6 +44,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from tfdist import cluster as cluster_lib
 from tfdist.cluster import jobset as jobset_environment
 from tfdist.launch import kubernetes
+from tfdist.launch import launcher as launcher_lib
 from tfdist.launch import pod_security
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -55,15 +57,11 @@ _TASK = ["python", "-m", "tfdist", "task", "--"]
 PATCH_MANAGER = "tfdist"
 
 
-def _checked_counts(name: str, image: str, command: Sequence[str], workers: int, ps: int,
-                    chief: bool, evaluator: bool, max_restarts: int,
-                    run_as_user: Optional[int]) -> Dict[str, int]:
-  """Task type -> count, once the arguments both builders take are checked."""
-  kubernetes.check(name, image, command)
-  pod_security.check_run_as_user(run_as_user)
-  cluster_lib.check_task_count("max_restarts", max_restarts, 0)
-  counts = kubernetes.counts(workers, ps, chief)
-  if evaluator:
+def _checked_counts(job: launcher_lib.Job, command: Sequence[str]) -> Dict[str, int]:
+  """Task type -> count, once the command is checked."""
+  kubernetes.check(command)
+  counts = kubernetes.counts(job.workers, job.ps, job.chief)
+  if job.evaluator:
     counts[cluster_lib.EVALUATOR] = 1
   return counts
 
@@ -88,19 +86,16 @@ def _failure_policy(max_restarts: int) -> dict:
           "rules": [{"name": "restartFromTheBackup", "action": "RestartJobSet"}]}
 
 
-def jobset(name: str, *, image: str, command: Sequence[str], workers: int, ps: int = 0,
-           chief: bool = False, evaluator: bool = False, namespace: str = "default",
-           keras: Optional[str] = None, max_restarts: int = 3, data_workers: int = 0,
-           data_journal: bool = False, run_as_user: Optional[int] = None,
-           network_policy: bool = True) -> List[dict]:
+def jobset(job: launcher_lib.Job, command: Sequence[str],
+           options: kubernetes.ManifestOptions) -> List[dict]:
   """A JobSet with a replicated job per task type, its NetworkPolicy (and the tf.data service's).
 
   Raises:
-    ValueError: a bad name, image, command, count, max_restarts or run_as_user.
+    ValueError: a bad command or count.
   """
-  counts = _checked_counts(name, image, command, workers, ps, chief, evaluator, max_restarts,
-                           run_as_user)
-  env = _label_env() + _job_env(counts, keras, name, namespace, data_workers)
+  counts = _checked_counts(job, command)
+  name, namespace, image, ps = options.name, options.namespace, options.image, job.ps
+  env = _label_env() + _job_env(counts, options.keras, name, namespace, job.data_workers)
   replicated = []
   for task_type, n in counts.items():
     # A ps worker restarts alone, in place; any other task restarts the job.
@@ -113,19 +108,17 @@ def jobset(name: str, *, image: str, command: Sequence[str], workers: int, ps: i
         "template": {"metadata": {"labels": pod_security.job_labels(name)},
                      "spec": pod_security.harden(
                          {"restartPolicy": "OnFailure" if alone else "Never",
-                          "containers": [container]}, run_as_user=run_as_user)}}}})
+                          "containers": [container]}, run_as_user=options.run_as_user)}}}})
   finish = [t for t in (cluster_lib.CHIEF, cluster_lib.EVALUATOR) if t in counts] if ps else []
   docs = [{"apiVersion": JOBSET_API, "kind": "JobSet",
            "metadata": {"name": name, "namespace": namespace,
                         "labels": {"app.kubernetes.io/managed-by": "tfdist"}},
            "spec": {"network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-                    "failurePolicy": _failure_policy(max_restarts),
+                    "failurePolicy": _failure_policy(options.max_restarts),
                     "successPolicy": {"operator": "All", **(
                         {"targetReplicatedJobs": finish} if finish else {})},
                     "replicatedJobs": replicated}}]
-  return docs + kubernetes.extra_manifests(
-      name, namespace, image=image, task_ports=sum(counts.values()), data_workers=data_workers,
-      data_journal=data_journal, run_as_user=run_as_user, network_policy=network_policy)
+  return docs + kubernetes.extra_manifests(job, options, task_ports=sum(counts.values()))
 
 
 def training_runtime(*, image: str, max_restarts: int = 3) -> dict:
@@ -145,21 +138,18 @@ def training_runtime(*, image: str, max_restarts: int = 3) -> dict:
                                                         "containers": [container]})}}}}]}}}}
 
 
-def trainjob(name: str, *, image: str, command: Sequence[str], workers: int, ps: int = 0,
-             chief: bool = False, evaluator: bool = False, namespace: str = "default",
-             keras: Optional[str] = None, max_restarts: int = 3, data_workers: int = 0,
-             data_journal: bool = False, run_as_user: Optional[int] = None,
-             network_policy: bool = True) -> List[dict]:
+def trainjob(job: launcher_lib.Job, command: Sequence[str],
+             options: kubernetes.ManifestOptions) -> List[dict]:
   """tfdist's runtime, a `TrainJob` of every task, its NetworkPolicy (and the tf.data service's).
 
   Raises:
-    ValueError: a bad name, image, command, count, max_restarts or run_as_user.
+    ValueError: a bad command or count.
   """
-  counts = _checked_counts(name, image, command, workers, ps, chief, evaluator, max_restarts,
-                           run_as_user)
+  counts = _checked_counts(job, command)
+  name, namespace, image = options.name, options.namespace, options.image
   # The runtime's container has the labels; the TrainJob adds what is this job's.
-  env = _job_env(counts, keras, name, namespace, data_workers)
-  docs = [training_runtime(image=image, max_restarts=max_restarts),
+  env = _job_env(counts, options.keras, name, namespace, job.data_workers)
+  docs = [training_runtime(image=image, max_restarts=options.max_restarts),
           {"apiVersion": TRAINER_API, "kind": "TrainJob",
            "metadata": {"name": name, "namespace": namespace,
                         "labels": {"app.kubernetes.io/managed-by": "tfdist"}},
@@ -167,10 +157,8 @@ def trainjob(name: str, *, image: str, command: Sequence[str], workers: int, ps:
                                    "kind": "ClusterTrainingRuntime"},
                     "trainer": {"image": image, "command": _TASK + list(command),
                                 "numNodes": sum(counts.values()), "env": env},
-                    "runtimePatches": [_runtime_patch(name, run_as_user)]}}]
-  return docs + kubernetes.extra_manifests(
-      name, namespace, image=image, task_ports=sum(counts.values()), data_workers=data_workers,
-      data_journal=data_journal, run_as_user=run_as_user, network_policy=network_policy)
+                    "runtimePatches": [_runtime_patch(name, options.run_as_user)]}}]
+  return docs + kubernetes.extra_manifests(job, options, task_ports=sum(counts.values()))
 
 
 def _runtime_patch(name: str, run_as_user: Optional[int]) -> dict:

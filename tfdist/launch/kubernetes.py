@@ -50,11 +50,13 @@ emptyDir on /tmp (`run_as_user` for an image without a non-root USER).
 
 Example:
 
-    >>> docs = indexed_jobs("mnist", image="me/train:1", command=["python", "train.py"],
-    ...                     workers=2)
+    >>> from tfdist.launch import Job
+    >>> docs = indexed_jobs(Job(workers=2), ["python", "train.py"],
+    ...                     ManifestOptions(image="me/train:1", name="mnist"))
     >>> print(to_yaml(docs))          # kubectl apply -f -
 """
 
+import dataclasses
 import json
 import logging
 import re
@@ -91,8 +93,37 @@ def counts(workers: int, ps: int, chief: bool) -> Dict[str, int]:
   return {job: n for job, n in counts.items() if n}
 
 
-def check(name: str, image: str, command: Sequence[str]) -> None:
-  """Raises ValueError, naming the field, for a name, image or command no manifest can take."""
+@dataclasses.dataclass(frozen=True)
+class ManifestOptions:
+  """What every manifest kind takes besides the `Job` and its command.
+
+  Raises:
+    ValueError: a name, image, run_as_user or max_restarts no manifest can take.
+  """
+
+  image: str
+  name: str = "tfdist"
+  namespace: str = "default"
+  keras: Optional[str] = None  # None: tf_keras (`task_keras.resolve`).
+  data_journal: bool = False  # The tf.data dispatcher journals to its pod's volume.
+  run_as_user: Optional[int] = None  # For an image without a non-root USER.
+  network_policy: bool = True  # Admit only the job's own pods (`pod_security`).
+  max_restarts: int = 3  # JobSet and TrainJob: whole-job restarts from the backup.
+
+  def __post_init__(self):
+    _check_name_and_image(self.name, self.image)
+    pod_security.check_run_as_user(self.run_as_user)
+    cluster_lib.check_task_count("max_restarts", self.max_restarts, 0)
+
+
+def check(command: Sequence[str]) -> None:
+  """Raises ValueError for a command no manifest can take."""
+  if not command or isinstance(command, str):
+    raise ValueError("`command` must be a non-empty list, e.g. ['python', 'train.py']. "
+                     f"Received: {command!r}")
+
+
+def _check_name_and_image(name: str, image: str) -> None:
   if not isinstance(name, str) or not _NAME.match(name):
     raise ValueError(
         "`name` must be a DNS label: lower-case letters, digits and '-', starting with "
@@ -100,9 +131,6 @@ def check(name: str, image: str, command: Sequence[str]) -> None:
   if not image:
     raise ValueError(f"`image` is empty: give the container image that holds your code, "
                      f"e.g. 'registry.example.com/train:1'. Received: {image!r}")
-  if not command or isinstance(command, str):
-    raise ValueError("`command` must be a non-empty list, e.g. ['python', 'train.py']. "
-                     f"Received: {command!r}")
 
 
 def tfjob_cluster(name: str, *, workers: int, ps: int = 0, chief: bool = False,
@@ -212,53 +240,56 @@ def trainer_env(name: str, namespace: str, data_workers: int) -> List[dict]:
   return [{"name": k, "value": v} for k, v in service.environment(name).items()]
 
 
-def tfjob(name: str, *, image: str, command: Sequence[str], workers: int, ps: int = 0,
-          chief: bool = False, namespace: str = "default",
-          keras: Optional[str] = None, data_workers: int = 0,
-          data_journal: bool = False, run_as_user: Optional[int] = None,
-          network_policy: bool = True) -> List[dict]:
+def no_evaluator(kind: str, job: launcher_lib.Job) -> None:
+  """Raises ValueError for an evaluator on a kind that has none (TFJob, Indexed Jobs)."""
+  if job.evaluator:
+    raise ValueError(f"--kubernetes={kind} has no evaluator; use --kubernetes=jobset. "
+                     "Received: evaluator=True")
+
+
+def tfjob(job: launcher_lib.Job, command: Sequence[str],
+          options: ManifestOptions) -> List[dict]:
   """A Kubeflow TFJob manifest and its NetworkPolicy (and the tf.data service's, if asked for).
 
   Raises:
-    ValueError: a bad name, image, command, count or run_as_user.
+    ValueError: a bad command or count, or an evaluator.
   """
-  check(name, image, command)
-  pod_security.check_run_as_user(run_as_user)
-  specs = {}
-  env = trainer_env(name, namespace, data_workers)
-  for job, n in counts(workers, ps, chief).items():
-    specs[_TFJOB_TYPES[job]] = {
+  check(command)
+  no_evaluator("tfjob", job)
+  name, specs = options.name, {}
+  env = trainer_env(name, options.namespace, job.data_workers)
+  for task_type, n in counts(job.workers, job.ps, job.chief).items():
+    specs[_TFJOB_TYPES[task_type]] = {
         "replicas": n,
-        "restartPolicy": restart_policy(job, ps),
+        "restartPolicy": restart_policy(task_type, job.ps),
         "template": {"metadata": {"labels": pod_security.job_labels(name)},
                      "spec": pod_security.harden(
-                         {"containers": [_container(image, command, keras, env)]},
-                         run_as_user=run_as_user)},
+                         {"containers": [_container(options.image, command, options.keras,
+                                                    env)]},
+                         run_as_user=options.run_as_user)},
     }
   docs = [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
-           "metadata": {"name": name, "namespace": namespace},
+           "metadata": {"name": name, "namespace": options.namespace},
            "spec": {"runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": BACKOFF_LIMIT},
                     "tfReplicaSpecs": specs}}]
-  return docs + extra_manifests(name, namespace, image=image, task_ports=1,
-                                data_workers=data_workers, data_journal=data_journal,
-                                run_as_user=run_as_user, network_policy=network_policy)
+  return docs + extra_manifests(job, options, task_ports=1)
 
 
-def extra_manifests(name: str, namespace: str, *, image: str, task_ports: int,
-                    data_workers: int, data_journal: bool, run_as_user: Optional[int],
-                    network_policy: bool) -> List[dict]:
+def extra_manifests(job: launcher_lib.Job, options: ManifestOptions, *,
+                    task_ports: int) -> List[dict]:
   """What every kind adds to its tasks: the tf.data service's manifests, the NetworkPolicy.
 
   The policy admits the job's own pods to its `task_ports` ports from `PORT`
   on, and to `DATA_PORT` when a tf.data service runs.
   """
   docs = []
-  if data_workers:
-    docs += data_service(name, image=image, data_workers=data_workers, namespace=namespace,
-                         journal=data_journal, run_as_user=run_as_user)
-  if network_policy:
-    ports = [(PORT, PORT + task_ports - 1)] + ([(DATA_PORT,) * 2] if data_workers else [])
-    docs.append(pod_security.network_policy(name, namespace, ports))
+  if job.data_workers:
+    docs += data_service(options.name, image=options.image, data_workers=job.data_workers,
+                         namespace=options.namespace, journal=options.data_journal,
+                         run_as_user=options.run_as_user)
+  if options.network_policy:
+    ports = [(PORT, PORT + task_ports - 1)] + ([(DATA_PORT,) * 2] if job.data_workers else [])
+    docs.append(pod_security.network_policy(options.name, options.namespace, ports))
   return docs
 
 
@@ -269,19 +300,17 @@ _INDEXED_COMMAND = (
     'exec "$@"')
 
 
-def indexed_jobs(name: str, *, image: str, command: Sequence[str], workers: int, ps: int = 0,
-                 chief: bool = False, namespace: str = "default",
-                 keras: Optional[str] = None, data_workers: int = 0,
-                 data_journal: bool = False, run_as_user: Optional[int] = None,
-                 network_policy: bool = True) -> List[dict]:
+def indexed_jobs(job: launcher_lib.Job, command: Sequence[str],
+                 options: ManifestOptions) -> List[dict]:
   """A headless Service, one Indexed Job per task type, a NetworkPolicy (and the tf.data service's).
 
   Raises:
-    ValueError: a bad name, image, command, count or run_as_user.
+    ValueError: a bad command or count, or an evaluator.
   """
-  check(name, image, command)
-  pod_security.check_run_as_user(run_as_user)
-  spec = indexed_cluster(name, workers=workers, ps=ps, chief=chief, namespace=namespace)
+  check(command)
+  no_evaluator("indexed", job)
+  name, namespace, image, ps = options.name, options.namespace, options.image, job.ps
+  spec = indexed_cluster(name, workers=job.workers, ps=ps, chief=job.chief, namespace=namespace)
   labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "tfdist"}
   docs = [{"apiVersion": "v1", "kind": "Service",
            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
@@ -289,35 +318,34 @@ def indexed_jobs(name: str, *, image: str, command: Sequence[str], workers: int,
                     # Peers must resolve before they are "ready": they wait for each other.
                     "publishNotReadyAddresses": True,
                     "ports": [{"name": "tfjob-port", "port": PORT}]}}]
-  for job, addresses in spec.jobs.items():
-    template = json.dumps({"cluster": spec.as_dict(), "task": {"type": job, "index": 0}})
+  for task_type, addresses in spec.jobs.items():
+    template = json.dumps({"cluster": spec.as_dict(), "task": {"type": task_type, "index": 0}})
     template = template.replace('"index": 0}',
                                 f'"index": {kubernetes_environment.INDEX_PLACEHOLDER}}}')
     n = len(addresses)
     docs.append({
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": f"{name}-{job}", "namespace": namespace,
+        "metadata": {"name": f"{name}-{task_type}", "namespace": namespace,
                      "labels": dict(labels)},
         "spec": {
             "completionMode": "Indexed", "completions": n, "parallelism": n,
             # Restarts happen in place, so a pod keeps its name and address.
-            "backoffLimit": BACKOFF_LIMIT if restart_policy(job, ps) == "OnFailure" else 0,
+            "backoffLimit": BACKOFF_LIMIT if restart_policy(task_type, ps) == "OnFailure" else 0,
             "template": {
                 "metadata": {"labels": {**labels, **pod_security.job_labels(name)}},
                 "spec": pod_security.harden({
                     "subdomain": name,  # Pod <name>-<job>-<i> resolves under the Service.
-                    "restartPolicy": restart_policy(job, ps),
+                    "restartPolicy": restart_policy(task_type, ps),
                     "containers": [_container(
-                        image, ["/bin/sh", "-c", _INDEXED_COMMAND, "tfdist", *command], keras,
+                        image, ["/bin/sh", "-c", _INDEXED_COMMAND, "tfdist", *command],
+                        options.keras,
                         env=[{"name": kubernetes_environment.TEMPLATE_ENV, "value": template},
-                             *trainer_env(name, namespace, data_workers)])],
-                }, run_as_user=run_as_user),
+                             *trainer_env(name, namespace, job.data_workers)])],
+                }, run_as_user=options.run_as_user),
             },
         },
     })
-  return docs + extra_manifests(name, namespace, image=image, task_ports=1,
-                                data_workers=data_workers, data_journal=data_journal,
-                                run_as_user=run_as_user, network_policy=network_policy)
+  return docs + extra_manifests(job, options, task_ports=1)
 
 
 def pod_tf_configs(docs: List[dict]) -> Dict[str, dict]:
@@ -357,7 +385,6 @@ def to_yaml(docs: List[dict]) -> str:
 
 # tfdist.launch.jobset adds "jobset" and "trainjob", which restart the whole job.
 MANIFESTS = {"tfjob": tfjob, "indexed": indexed_jobs}
-RESTARTING_KINDS = ("jobset", "trainjob")
 
 
 class KubernetesLauncher(launcher_lib.Launcher):
@@ -372,31 +399,19 @@ class KubernetesLauncher(launcher_lib.Launcher):
                network_policy: bool = True):
     if kind not in MANIFESTS:
       raise ValueError(f"`kind` must be one of {sorted(MANIFESTS)}. Received: {kind!r}")
-    pod_security.check_run_as_user(run_as_user)
-    self.run_as_user, self.network_policy = run_as_user, network_policy
-    self.kind, self.image, self.name, self.namespace = kind, image, name, namespace
-    # The flag, else tf_keras: this machine's environment stays out of manifests.
-    self.keras = task_keras.resolve(keras, {})
-    self.output = output
-    # Any value journals: in a pod the journal lives on the pod's own volume.
-    self.data_journal = bool(data_work_dir)
-    self.max_restarts = max_restarts
+    self.kind, self.output = kind, output
+    self.options = ManifestOptions(
+        image=image, name=name, namespace=namespace,
+        # The flag, else tf_keras: this machine's environment stays out of manifests.
+        keras=task_keras.resolve(keras, {}),
+        # Any value journals: in a pod the journal lives on the pod's own volume.
+        data_journal=bool(data_work_dir), run_as_user=run_as_user,
+        network_policy=network_policy, max_restarts=max_restarts)
 
   def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:
     job, _ = launcher_lib.with_coordinator(job)
-    options = {}
-    if self.kind in RESTARTING_KINDS:  # Whole-job restarts, and an evaluator of their own.
-      options = dict(evaluator=job.evaluator, max_restarts=self.max_restarts)
-    elif job.evaluator:
-      raise ValueError(f"--kubernetes={self.kind} has no evaluator; use "
-                       f"--kubernetes={RESTARTING_KINDS[0]}. Received: evaluator=True")
-    docs = MANIFESTS[self.kind](self.name, image=self.image, command=command,
-                                workers=job.workers, ps=job.ps, chief=job.chief,
-                                namespace=self.namespace, keras=self.keras,
-                                data_workers=job.data_workers, data_journal=self.data_journal,
-                                run_as_user=self.run_as_user,
-                                network_policy=self.network_policy, **options)
-    if not self.network_policy:
+    docs = MANIFESTS[self.kind](job, command, self.options)
+    if not self.options.network_policy:
       logging.getLogger("tfdist").warning(
           "No NetworkPolicy: any pod that reaches the job's pods on port %d and up%s can run "
           "code in them, as TensorFlow's servers have no authentication. Isolate the "
