@@ -14,6 +14,7 @@ from tfdist import output
 COMMANDS = {
     "train": "Train a Keras model under any strategy (default: a CNN on the embedded digits).",
     "compare": "Train the same model under every strategy and print one table.",
+    "verify": "Train your model under a strategy and on one device; exit 1 where they differ.",
     "launch": "Run a command as every task of a local cluster, each with its TF_CONFIG.",
     "task": "Run a command as this task of a pod or replica, with TF_CONFIG built from its environment.",
     "doctor": "Check versions, devices, the Keras matrix and the cluster; exit 1 on problems.",
