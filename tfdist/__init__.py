@@ -38,6 +38,7 @@ _EXPORTS = {
     "WarmUp": ("tfdist.training.scaling", "WarmUp"),
     "compress_gradients": ("tfdist.training.compression", "compress_gradients"),
     "export": ("tfdist.training.saved_model", "export"),
+    "verify": ("tfdist.training.verification", "verify"),
     "advise": ("tfdist.bench.advice", "advise"),
     "bench": ("tfdist.bench", None),
     "cluster": ("tfdist.cluster", None),

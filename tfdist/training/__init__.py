@@ -4,6 +4,7 @@
 - `loop`: a custom training loop, one runner per kind of strategy (`Loop`).
 - `fit_step`: Keras `fit`'s step with one all-reduce of the gradients.
 - `accumulation`: exact gradient accumulation (`accumulate`, `accumulated_gradients`).
+- `verification`: does a model train the same under a strategy as on one device (`verify`).
 - `checkpoints`: saving once (the chief), backup and resume, SIGTERM backups.
 - `sidecar`: an evaluator task that evaluates each new checkpoint.
 - `export`: a SavedModel for serving, from a model trained under any strategy.
@@ -20,9 +21,10 @@ package loads no TensorFlow.
 import importlib
 
 _SUBMODULES = ("accumulation", "checkpoints", "compression", "fit_step", "job", "loop", "precision", "saved_model",
-               "process", "scaling", "sidecar", "timing", "user_code")
+               "process", "scaling", "sidecar", "timing", "user_code", "verification")
 # Public functions -> their module, loaded on first use as the submodules are.
-_FUNCTIONS = {"accumulate": "accumulation", "accumulated_gradients": "accumulation"}
+_FUNCTIONS = {"accumulate": "accumulation", "accumulated_gradients": "accumulation",
+              "verify": "verification"}
 __all__ = list(_SUBMODULES) + list(_FUNCTIONS) + ["step_done"]
 
 
