@@ -247,7 +247,7 @@ def _replica_difference(model, strategy) -> float:
     largest = max([largest] + [float(np.abs(c - copies[0]).max()) / scale
                                for c in copies[1:] if c.size])
     values.append(tf.reshape(tf.cast(copies[0], tf.float32), [-1]))
-  if strategy.extended._in_multi_worker_mode():  # pylint: disable=protected-access
+  if tf_internals.is_multi_worker_mirrored(strategy):
     largest = max(largest, _across_workers(tf.concat(values, 0), strategy))
   return largest
 
