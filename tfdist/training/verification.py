@@ -70,6 +70,7 @@ class VerifyReport:
 
   @property
   def agrees(self) -> bool:
+    """Whether every step agreed within the tolerance."""
     return self.first_difference is None
 
   def summary(self) -> str:
@@ -85,6 +86,7 @@ class VerifyReport:
             f"loss {step.loss:.6g} against {step.one_device_loss:.6g})")
 
   def as_dict(self) -> dict:
+    """As JSON-ready data, with `agrees` and `summary()`: what `tfdist verify` writes."""
     return {**dataclasses.asdict(self), "agrees": self.agrees, "summary": self.summary()}
 
 
