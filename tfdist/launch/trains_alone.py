@@ -103,11 +103,18 @@ def _mode_or_warn() -> str:
 def on_strategy(strategy) -> None:
   """For a strategy just built: tells a local one, records a multi-worker one (`_record`)."""
   name = type(strategy).__name__
+  if name == "CollectiveAllReduceStrategy":  # What tf.distribute calls it.
+    name = "MultiWorkerMirroredStrategy"
+  resolver = getattr(strategy, "cluster_resolver", None)
   if name in _LOCAL_STRATEGIES:
     _tell(f"{name} reads no TF_CONFIG and builds its replicas on this machine only",
           f"{name}()")
-  elif getattr(strategy, "cluster_resolver", None) is not None:
-    _record("joined")
+  elif resolver is not None:
+    jobs = resolver.cluster_spec().as_dict()
+    if jobs.get("ps") or len(jobs.get("chief", ())) + len(jobs.get("worker", ())) > 1:
+      _record("joined")
+    else:  # E.g. a cluster resolver of its own that names this task alone.
+      _tell(f"{name} was given a cluster of this task alone", f"{name}(cluster: {jobs})")
 
 
 def on_fit(model) -> None:
