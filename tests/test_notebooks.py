@@ -13,7 +13,7 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(helpers.REPO, "notebooks", "*.ipynb"))
 
 
 def test_there_is_a_notebook_per_topic():
-  assert len(NOTEBOOKS) == 15
+  assert len(NOTEBOOKS) == 16
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)

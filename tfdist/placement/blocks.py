@@ -1,4 +1,4 @@
-"""Model parallelism: a model's layers, in blocks, on different devices.
+"""Model parallelism by blocks: a model's layers, in blocks, on different devices.
 
 Each device holds only its block's variables and runs only its block's ops;
 activations move between devices. With micro-batches, the blocks work on

@@ -1,0 +1,22 @@
+"""Model parallelism: a model's layers, or one layer's slices, on different devices.
+
+Two ways to split a model that data parallelism (a whole copy per device)
+does not:
+
+- `place_layers` / `PlacedSequential` (blocks.py): consecutive blocks of
+  layers per device, with optional micro-batches (GPipe's schedule);
+- `SplitDense` (split_dense.py): one fully connected layer over several
+  devices, by output columns (outputs concatenated) or by input rows (partial
+  products summed).
+
+Example:
+
+    >>> from tfdist import placement
+    >>> model = placement.place_layers(trained_sequential, ["/cpu:0", "/cpu:1"])
+    >>> wide = placement.SplitDense(4096, ["/cpu:0", "/cpu:1"], split="columns")
+"""
+
+from tfdist.placement.blocks import PlacedSequential, place_layers, split_layers
+from tfdist.placement.split_dense import SPLITS, SplitDense
+
+__all__ = ["PlacedSequential", "SPLITS", "SplitDense", "place_layers", "split_layers"]
