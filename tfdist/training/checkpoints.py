@@ -23,7 +23,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, Optional
 
 import tensorflow as tf
 import tf_keras
@@ -35,6 +35,7 @@ from tfdist.data import replay
 from tfdist.internals import keras as keras_internals
 from tfdist.internals import tensorflow as tf_internals
 from tfdist.internals import tf_keras as tf_keras_internals
+from tfdist.training import preemption
 
 logger = logging.getLogger("tfdist")
 
@@ -77,10 +78,8 @@ def chief_dir(path: str, strategy: Optional[tf.distribute.Strategy] = None) -> I
   with tf_internals.chief_dir(path, _strategy(strategy)) as write_dir:
     yield write_dir
 
-
-# Exit code of a task that saved a backup after SIGTERM: 128 + SIGTERM, as a
-# shell reports it, which Kubeflow's ExitCode restart policy treats as retryable.
-PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
+# Exit code of a task that backed up after SIGTERM (tfdist.training.preemption).
+PREEMPTED_EXIT_CODE = preemption.PREEMPTED_EXIT_CODE
 # The seconds between SIGTERM and SIGKILL (tfdist.cluster.grace).
 GRACE_PERIOD_ENV = grace.GRACE_PERIOD_ENV
 DEFAULT_GRACE_PERIOD = grace.DEFAULT_GRACE_PERIOD
@@ -93,12 +92,8 @@ _NEVER = 2**62
 class _SigtermChecks:
   """SIGTERM during `fit` -> a backup at the next check, on every worker, then exit 143.
 
-  Shared by both Kerases' backups. Checks come about every `check_seconds` of
-  training (or every `check_every` batches if given), so the backup fits in the
-  grace period however long a step takes. Under MultiWorkerMirroredStrategy the
-  workers agree through one small all-reduce per check, so a SIGTERM to any one
-  worker makes all of them back up at the same step, and all of them derive the
-  next check's batch from the same reduced timing. The host class gives
+  Shared by both Kerases' backups; when to check, and what the workers agree,
+  is `tfdist.training.preemption`'s `Schedule`. The host class gives
   `model`, `check_every`, `check_seconds`, `_fit_code()` (the code object of
   its Keras's `fit`) and `_exit_after_backup(where, batch=, backed_up=)`.
   """
@@ -109,13 +104,13 @@ class _SigtermChecks:
     if threading.current_thread() is threading.main_thread():
       self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
     strategy = self.model.distribute_strategy
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-      self._agree = any_worker(strategy)
-    self._reset_checks()
+    agree = (preemption.any_worker(strategy)
+             if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) else None)
+    self._schedule = preemption.Schedule(agree, check_every=self.check_every,
+                                         check_seconds=self.check_seconds)
 
   def _reset_checks(self):
-    self._next_check = self.check_every or 1
-    self._last_check = (0, time.monotonic())
+    self._schedule.restart(0)
 
   def _on_sigterm(self, signum, frame):
     if _inside(frame, self._fit_code()):
@@ -139,17 +134,13 @@ class _SigtermChecks:
     """At the end of `batch` (None: of the epoch): exit after a backup if any task was told to."""
     if self._backup_seconds is None and batch is not None:
       self._measure_backup()  # At the first check: the optimizer's slots exist by now.
-    batches, since = self._last_check
-    done = 0 if batch is None else batch + 1 - batches
-    terminated, interval = check(self._agree, self._terminated, done,
-                                 time.monotonic() - since, self.check_seconds)
-    if terminated:
+    if self._schedule.agreed(self._terminated, None if batch is None else batch + 1):
       where = "its last batch" if batch is None else f"batch {batch + 1}"
       # At an epoch's end, on_epoch_end has just backed up.
       self._exit_after_backup(where, batch=batch, backed_up=batch is None)
-    if batch is not None:
-      self._next_check = batch + 1 + (self.check_every or interval)
-      self._last_check = (batch + 1, time.monotonic())
+
+  def _check_due(self, batch: int) -> bool:
+    return self._schedule.due(batch + 1)
 
   def _measure_backup(self) -> None:
     """Times a write of what a backup holds; warns if a SIGTERM backup would outlast the grace.
@@ -180,29 +171,6 @@ class _SigtermChecks:
           "(tfdist launch --grace_period, SLURM's KillWait, Kubernetes' "
           "terminationGracePeriodSeconds), or make the backup smaller.", worst,
           self._backup_seconds, worst - self._backup_seconds, seconds, source)
-
-
-def check(agree, terminated: bool, done: int, elapsed: float,
-          check_seconds: float) -> Tuple[bool, int]:
-  """At a SIGTERM check: (whether any worker got SIGTERM, steps until the next check).
-
-  `done` steps took `elapsed` seconds since the last check; the next comes
-  about `check_seconds` from now, at this pace. `agree` (from `any_worker`, or
-  None in one process) gives every worker the same answers, so all of them
-  check at the same steps.
-  """
-  if agree is not None:
-    terminated, elapsed = agree(float(terminated), elapsed)
-  return terminated, max(1, min(1000, int(check_seconds * done / max(elapsed, 1e-6))))
-
-
-def _check_check_arguments(check_every, check_seconds) -> None:
-  if check_every is not None and (isinstance(check_every, bool)
-                                  or not isinstance(check_every, int) or check_every < 1):
-    raise ValueError(f"`check_every` must be an integer >= 1, or None to check about every "
-                     f"`check_seconds`. Received: check_every={check_every!r}")
-  if not check_seconds > 0:
-    raise ValueError(f"`check_seconds` must be > 0. Received: check_seconds={check_seconds!r}")
 
 
 class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
@@ -247,7 +215,7 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
     # these two single-machine ones (tests/training/test_checkpoints.py).
     tf_keras_internals.add_supported_strategies(
         self, tf.distribute.OneDeviceStrategy, tf.distribute.experimental.CentralStorageStrategy)
-    _check_check_arguments(check_every, check_seconds)
+    preemption.check_arguments(check_every, check_seconds)
     self.check_every = check_every
     self.check_seconds = float(check_seconds)
     # Batch hooks never read the logs: no need to fetch them (under PSS they
@@ -255,7 +223,6 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
     tf_keras_internals.never_fetch_logs(self)
     self._terminated = False
     self._previous_handler = None
-    self._agree = None
 
   def _implements_train_batch_hooks(self):
     return True  # Under PSS too: Keras skips batch hooks for epoch-only backups.
@@ -295,7 +262,7 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
         self._exit_after_backup(f"batch {batch + 1}")
       return
     super().on_train_batch_end(batch, logs)
-    if batch + 1 >= self._next_check:
+    if self._check_due(batch):
       self._check(batch)
 
   def on_epoch_begin(self, epoch, logs=None):
@@ -344,26 +311,6 @@ def _inside(frame, code) -> bool:
       return True
     frame = frame.f_back
   return False
-
-
-def any_worker(strategy: tf.distribute.Strategy):
-  """A function: (whether any worker's flag is set, the workers' mean of `seconds`).
-
-  One all-reduce of two scalars per check; every worker gets the same answer.
-  """
-
-  @tf.function
-  def agree(flag, seconds):
-    values = tf.stack([flag, seconds])
-    total = strategy.run(lambda x: tf.distribute.get_replica_context().all_reduce(
-        tf.distribute.ReduceOp.SUM, tf.identity(x)), args=(values,))
-    return strategy.experimental_local_results(total)[0]
-
-  def run(flag: float, seconds: float):
-    total = agree(tf.constant(flag), tf.constant(seconds)).numpy()
-    return bool(total[0] > 0), float(total[1]) / strategy.num_replicas_in_sync
-
-  return run
 
 
 def backup_and_restore(checkpoint_dir: str, *, check_every: Optional[int] = None,
@@ -416,11 +363,10 @@ def _keras3_backup_class():
     def __init__(self, backup_dir: str, *, check_every: Optional[int] = None,
                  check_seconds: float = 1.0):
       super().__init__(backup_dir)  # Keras 3 backs up at epoch ends; tfdist on SIGTERM too.
-      _check_check_arguments(check_every, check_seconds)
+      preemption.check_arguments(check_every, check_seconds)
       self.check_every = check_every
       self.check_seconds = float(check_seconds)
       self._previous_handler = None
-      self._agree = None
 
     def _fit_code(self):
       return fit_code
@@ -442,7 +388,7 @@ def _keras3_backup_class():
 
     def on_train_batch_end(self, batch, logs=None):
       super().on_train_batch_end(batch, logs)
-      if batch + 1 >= self._next_check:
+      if self._check_due(batch):
         self._check(batch)
 
     def on_epoch_end(self, epoch, logs=None):

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import signal
 import threading
-import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 import tensorflow as tf
@@ -21,14 +20,11 @@ from tfdist import folders
 from tfdist import keras_support
 from tfdist.internals import tensorflow as tf_internals
 from tfdist.training import accumulation
-from tfdist.training import checkpoints
+from tfdist.training import preemption
 
 logger = logging.getLogger("tfdist")
 
 EXAMPLES = "examples"
-# Seconds of training between two SIGTERM checks (one all-reduce each under
-# multi-worker mirrored): short enough that a backup fits a grace period.
-CHECK_SECONDS = 1.0
 # Closures of an exact evaluation under parameter servers: several per worker,
 # so a slow or lost worker holds up only a small share.
 EVALUATION_SHARDS = 8
@@ -368,17 +364,18 @@ class Loop:
     catches SIGTERM itself once the strategy exists (its preemption notifier),
     and a task then trains on until SIGKILL; here every worker agrees at each
     check, through one small all-reduce, so all of them save at the same step.
-    Checks come about every `CHECK_SECONDS` of training.
+    Checks come about every `preemption.CHECK_SECONDS` of training.
     """
     if (self._manager is None or not self._checks_sigterm
         or threading.current_thread() is not threading.main_thread()):
       self._sigterm = None
       yield
       return
-    self._sigterm = {"received": False, "next": int(self.step.numpy()) + 1,
-                     "last": (int(self.step.numpy()), time.monotonic()),
-                     "agree": checkpoints.any_worker(self.strategy)
-                     if tf_internals.is_multi_worker_mirrored(self.strategy) else None}
+    schedule = preemption.Schedule(preemption.any_worker(self.strategy)
+                                   if tf_internals.is_multi_worker_mirrored(self.strategy)
+                                   else None)
+    schedule.restart(int(self.step.numpy()))
+    self._sigterm = {"received": False, "schedule": schedule}
     previous = signal.signal(signal.SIGTERM,
                              lambda signum, frame: self._sigterm.update(received=True))
     try:
@@ -390,18 +387,14 @@ class Loop:
   def _check_sigterm(self) -> None:
     """After a loop of steps: exit after a checkpoint if any worker got SIGTERM."""
     state, step = self._sigterm, int(self.step.numpy())
-    if state is None or step < state["next"]:
+    if state is None or not state["schedule"].due(step):
       return
-    steps, since = state["last"]
-    received, interval = checkpoints.check(state["agree"], state["received"], step - steps,
-                                           time.monotonic() - since, CHECK_SECONDS)
-    if received:
+    if state["schedule"].agreed(state["received"], step):
       self._save()
       logger.info("Loop: SIGTERM: saved a checkpoint at step %d to %s; exiting with code %d. "
                   "Run the same job again to resume there.", step, self._checkpoint_dir,
-                  checkpoints.PREEMPTED_EXIT_CODE)
-      raise SystemExit(checkpoints.PREEMPTED_EXIT_CODE)
-    state["next"], state["last"] = step + interval, (step, time.monotonic())
+                  preemption.PREEMPTED_EXIT_CODE)
+      raise SystemExit(preemption.PREEMPTED_EXIT_CODE)
 
   def evaluate(self, dataset, *, steps: Optional[int] = None) -> Dict[str, float]:
     """Mean loss and metrics over every example of `dataset`, each counted once.
