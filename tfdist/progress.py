@@ -23,15 +23,21 @@ callback to every `fit`); `tfdist.training.loop` does too. A custom loop calls
 Outside a launch (no `TFDIST_PROGRESS_DIR`), `step_done()` only counts.
 """
 
+import atexit
 import faulthandler
 import json
 import os
 import signal
+import sys
 import threading
 import time
-from typing import Optional
+from typing import Optional, Tuple
 
 PROGRESS_DIR_ENV = "TFDIST_PROGRESS_DIR"
+# `tfdist launch --profile=FIRST-LAST`: every task traces those steps with
+# TensorFlow's profiler into PROFILE_DIR/<task> (one run per task).
+PROFILE_ENV = "TFDIST_PROFILE"
+PROFILE_DIR_ENV = "TFDIST_PROFILE_DIR"
 PROGRESS_SUFFIX = ".progress"
 STACKS_SUFFIX = ".stacks"
 # The signal that makes a task dump every thread's stack into its stacks file.
@@ -39,6 +45,8 @@ STACKS_SIGNAL = signal.SIGUSR1
 # Phases a progress line names: training steps run; or a boundary (fit starts,
 # an epoch begins, evaluation), after which the first step may compile.
 STEP, BOUNDARY = "step", "boundary"
+# Training is over (fit returned, or the process is exiting): nothing more to wait for.
+END = "end"
 _LINE_WIDTH = 96  # Fixed, so that one pwrite replaces the previous line whole.
 
 
@@ -57,6 +65,8 @@ class _Reporter:
     self.events = 0
     self.first_step: Optional[float] = None
     self.phase = BOUNDARY
+    self.profile: Optional[Tuple[int, int, str]] = None  # (first, last, log dir)
+    self.profiling = False
 
   def report(self, steps: int, phase: str) -> None:
     with self.lock:
@@ -66,6 +76,8 @@ class _Reporter:
       self.steps += steps
       self.events += 1
       self.phase = phase
+      if self.profile is not None:
+        self._profile()
       if self.fd is None:
         return
       # The mean from the first step on: the first compile is not in it.
@@ -74,7 +86,39 @@ class _Reporter:
       os.pwrite(self.fd, line.ljust(_LINE_WIDTH - 1).encode() + b"\n", 0)
 
 
+  def _profile(self) -> None:
+    """Starts TensorFlow's profiler before step `first`, stops it after step `last`."""
+    first, last, log_dir = self.profile
+    tf = sys.modules.get("tensorflow")
+    if tf is None:  # Steps before TensorFlow: nothing to trace yet.
+      return
+    if not self.profiling and first - 1 <= self.steps < last:
+      tf.profiler.experimental.start(log_dir)
+      self.profiling = True
+    elif self.profiling and self.steps >= last:
+      tf.profiler.experimental.stop()
+      self.profiling = False
+      self.profile = None  # Once.
+
+
 _reporter = _Reporter()
+
+
+def parse_steps(text: str) -> Tuple[int, int]:
+  """(first, last) of a step range such as '100-120' (steps count from 1).
+
+  Raises:
+    ValueError: not FIRST-LAST with 1 <= FIRST <= LAST.
+  """
+  first, _, last = str(text).partition("-")
+  try:
+    first_step, last_step = int(first), int(last or first)
+  except ValueError:
+    first_step = last_step = 0
+  if not 1 <= first_step <= last_step:
+    raise ValueError(f"`profile` must be the steps to trace as FIRST-LAST, e.g. 100-120 "
+                     f"(steps count from 1). Received: {text!r}")
+  return first_step, last_step
 _stacks_file = None  # Kept open: faulthandler writes to its descriptor.
 
 
@@ -98,6 +142,11 @@ def boundary() -> None:
   _reporter.report(0, BOUNDARY)
 
 
+def training_end() -> None:
+  """Tells the watchdog that this task's training is over: a slow exit is no stall."""
+  _reporter.report(0, END)
+
+
 def steps_done() -> int:
   """Steps reported in this process so far."""
   return _reporter.steps
@@ -112,23 +161,36 @@ def install(directory: str, task_type: str, task_index: int) -> None:
   _stacks_file = open(stem + STACKS_SUFFIX, "w", encoding="utf-8")
   faulthandler.register(STACKS_SIGNAL, file=_stacks_file, all_threads=True, chain=False)
   _reporter.report(0, BOUNDARY)  # Pid first: the launcher can ask for stacks from now on.
+  # A process on its way out (TensorFlow's teardown can take seconds) is not stalled.
+  atexit.register(training_end)
 
 
 def install_from_env(environ=None) -> bool:
-  """`install` when the launcher asked for it (`TFDIST_PROGRESS_DIR` and a TF_CONFIG task).
+  """`install` when the launcher asked for it (`TFDIST_PROGRESS_DIR` and a TF_CONFIG task),
+  and the profile of `TFDIST_PROFILE`'s steps into `TFDIST_PROFILE_DIR`/<task>.
 
-  Never raises: a task whose directory is gone trains unwatched.
+  Never raises: a task whose directory is gone trains unwatched. Returns whether
+  anything needs the steps reported.
   """
   environ = os.environ if environ is None else environ
   directory = environ.get(PROGRESS_DIR_ENV)
-  if not directory:
-    return False
   try:
     task = json.loads(environ.get("TF_CONFIG") or "{}").get("task") or {}
-    install(directory, task["type"], int(task["index"]))
-  except (OSError, ValueError, KeyError, TypeError):
+    stem = file_name(task["type"], int(task["index"]))
+  except (ValueError, KeyError, TypeError):
     return False
-  return True
+  if environ.get(PROFILE_ENV) and environ.get(PROFILE_DIR_ENV):
+    try:
+      first, last = parse_steps(environ[PROFILE_ENV])
+      _reporter.profile = (first, last, os.path.join(environ[PROFILE_DIR_ENV], stem))
+    except ValueError:
+      pass
+  if directory:
+    try:
+      install(directory, task["type"], int(task["index"]))
+    except OSError:
+      directory = None
+  return bool(directory) or _reporter.profile is not None
 
 
 def keras_callbacks(base: type) -> list:
@@ -154,6 +216,9 @@ def keras_callbacks(base: type) -> list:
 
     def on_train_batch_end(self, batch, logs=None):
       step_done()
+
+    def on_train_end(self, logs=None):
+      training_end()
 
     def on_test_batch_end(self, batch, logs=None):
       _reporter.report(0, STEP)  # Evaluation moves too.

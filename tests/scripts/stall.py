@@ -3,7 +3,7 @@
 Usage: python stall.py MODE MARKER_DIR
   block: worker 1 blocks forever in its input pipeline at its 9th batch, unless
          MARKER_DIR/blocked exists (a restarted job goes through);
-  slow:  worker 1's input sleeps 0.2 s a batch, and 5 s before its first batch
+  slow:  worker 1's input sleeps 0.1 s a batch, and 4 s before its first batch
          (a first step slower than a short --stall_timeout).
 """
 
@@ -33,7 +33,7 @@ def read(x):
       not os.path.exists(os.path.join(marker_dir, "blocked")):
     wait_forever()
   if mode == "slow" and index == 1:
-    time.sleep(5.0 if batches[0] == 1 else 0.2)
+    time.sleep(4.0 if batches[0] == 1 else 0.1)
   return x
 
 

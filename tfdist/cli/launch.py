@@ -20,6 +20,7 @@ import sys
 from absl import flags
 
 from tfdist import launch as launch_lib
+from tfdist import progress
 from tfdist.launch import kubernetes
 from tfdist.launch import private_network
 from tfdist.launch import ray as ray_launch
@@ -48,6 +49,13 @@ _STALL_TIMEOUT = flags.DEFINE_float(
     "job ends (exit code 3) or restarts under --max_restarts. 0: off. Default: "
     "TFDIST_STALL_TIMEOUT, else 300 for two or more training tasks (longer for jobs whose "
     "steps are slow, and three times as long for a first step that compiles).", lower_bound=0)
+_PROFILE = flags.DEFINE_string(
+    "profile", None, "Trace these steps on every task with TensorFlow's profiler, e.g. "
+    "--profile=100-120 (steps count from 1); the traces go under --profile_dir, one run per "
+    "task, for TensorBoard's profile plugin or xprof.")
+_PROFILE_DIR = flags.DEFINE_string(
+    "profile_dir", "tfdist-profile", "--profile: the log directory the tasks' runs go under "
+    "(on other machines: a path they share).")
 _NETWORK = flags.DEFINE_enum(
     "network", None, list(launch_lib.NETWORKS), "loopback: tasks run in a private network "
     "namespace with only loopback (TensorFlow's servers listen on every interface); host: "
@@ -133,6 +141,7 @@ def main(argv):
   if _TRAINS_ALONE.value:  # The tasks read it from their environment, on every launcher.
     os.environ[trains_alone.TRAINS_ALONE_ENV] = _TRAINS_ALONE.value
   try:
+    profile_dir = _profile_environment()
     launcher = _launcher()
     code = launcher.launch(command, job)
   except launch_lib.LaunchError as e:
@@ -150,8 +159,24 @@ def main(argv):
   except ValueError as e:
     print(f"tfdist launch: {e}", file=sys.stderr)
     return 2
+  if profile_dir:
+    runs = sorted(os.listdir(profile_dir)) if os.path.isdir(profile_dir) else []
+    print(f"[tfdist launch] profile of steps {_PROFILE.value}: {profile_dir}, one run per task: "
+          f"{runs or 'none written (did the job reach those steps?)'}. View it with `tensorboard "
+          f"--logdir {profile_dir}` (pip install tensorboard tensorboard-plugin-profile) or xprof.")
   # A task killed by signal N exits the launcher with 128 + N, as shells do.
   return code if code >= 0 else 128 - code
+
+
+def _profile_environment():
+  """--profile: the tasks' variables (every launcher passes tfdist's on); its directory or None."""
+  if not _PROFILE.value:
+    return None
+  progress.parse_steps(_PROFILE.value)  # A ValueError names the form.
+  directory = os.path.abspath(_PROFILE_DIR.value)
+  os.environ[progress.PROFILE_ENV] = _PROFILE.value
+  os.environ[progress.PROFILE_DIR_ENV] = directory
+  return directory
 
 
 def _launcher() -> launch_lib.Launcher:

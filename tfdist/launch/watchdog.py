@@ -150,6 +150,8 @@ class StallWatchdog:
         self.seen[task] = (report.events, now)
     if not self.seen:
       return None  # Not armed: nothing reports progress.
+    if all(r.phase == progress.END for r in reports.values()):
+      return None  # Training is over everywhere: the tasks are on their way out.
     limit = self.limit(reports)
     quiet = now - max(when for _, when in self.seen.values())
     return Stall(quiet, limit, reports) if quiet > limit else None
@@ -157,7 +159,7 @@ class StallWatchdog:
   def limit(self, reports: Mapping[str, Report]) -> float:
     """Seconds without progress that make a stall, for these reports."""
     limit = max([self.timeout] + [STEP_FACTOR * r.mean_step for r in reports.values()])
-    if any(r.phase != progress.STEP for r in reports.values()):
+    if any(r.phase == progress.BOUNDARY for r in reports.values()):
       limit = max(limit * BOUNDARY_FACTOR, BOUNDARY_SECONDS)
     return limit
 

@@ -24,6 +24,7 @@ Under `tfdist launch` every MultiWorkerMirroredStrategy scope gets it
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import platform
 import threading
@@ -85,7 +86,9 @@ class _Checker:
     data = json.dumps(record, sort_keys=True).encode()[:RECORD_BYTES].ljust(RECORD_BYTES)
     local = tf.constant([list(data)], dtype=tf.int32)
     values = self.strategy.experimental_distribute_values_from_function(lambda _: local)
-    gathered = self.strategy.gather(values, axis=0).numpy()
+    # TF makes a function per gather and warns after five of them: expected here.
+    with _quiet_retracing():
+      gathered = self.strategy.gather(values, axis=0).numpy()
     names = task_names(self.strategy)
     per_task = max(1, len(gathered) // len(names))
     records = {}
@@ -142,6 +145,21 @@ class _Checker:
       return next_creator(**kwargs)
     finally:
       self.busy.value = False
+
+
+class _NoRetracingWarning(logging.Filter):
+  def filter(self, record):
+    return "triggered tf.function retracing" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_retracing():
+  tf_logger, quiet = logging.getLogger("tensorflow"), _NoRetracingWarning()
+  tf_logger.addFilter(quiet)
+  try:
+    yield
+  finally:
+    tf_logger.removeFilter(quiet)
 
 
 _checkers: Dict[int, _Checker] = {}
