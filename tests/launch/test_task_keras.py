@@ -141,6 +141,8 @@ def test_keras3_own_callbacks_write_once_from_the_chief(uninterrupted):
   directory, stdout = uninterrupted
   assert len(re.findall(r"^\[worker:\d\] EPOCHS: 2$", stdout, re.MULTILINE)) == 2, stdout[-3000:]
   _assert_written_once(directory, _final_weights(stdout), epochs={0, 1})
+  # Both joined one collective: neither a task nor the launcher says one trained alone.
+  assert "trains alone" not in stdout and "No two tasks" not in stdout, stdout[-3000:]
 
 
 @pytest.mark.slow
