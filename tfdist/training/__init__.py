@@ -6,22 +6,26 @@
 - `accumulation`: exact gradient accumulation (`accumulate`, `accumulated_gradients`).
 - `verification`: does a model train the same under a strategy as on one device (`verify`).
 - `checkpoints`: saving once (the chief), backup and resume, SIGTERM backups.
+- `preemption`: when a running job checks for SIGTERM, and what the workers agree.
 - `sidecar`: an evaluator task that evaluates each new checkpoint.
-- `export`: a SavedModel for serving, from a model trained under any strategy.
+- `saved_model`: a SavedModel for serving (`tfdist.export`), from any strategy.
 - `compression`, `precision`: float16 all-reduce; mixed precision.
 - `scaling`: global batch and learning-rate rules, warm-up.
 - `timing`: step and epoch times.
 - `process`: one `tfdist train` in a fresh process, and its result.
 - `user_code`: a user's `model_fn` and `dataset_fn`, from a file or a module.
 
-Submodules load on first use (`tfdist.training.loop`), so importing the
-package loads no TensorFlow.
+`__all__` is the public surface: `process` and `user_code` serve tfdist's own
+mains and may change. Submodules load on first use
+(`tfdist.training.loop`), so importing the package loads no TensorFlow.
 """
 
 import importlib
 
-_SUBMODULES = ("accumulation", "checkpoints", "compression", "fit_step", "job", "loop", "precision", "saved_model",
-               "process", "scaling", "sidecar", "timing", "user_code", "verification")
+_SUBMODULES = ("accumulation", "checkpoints", "compression", "fit_step", "job", "loop",
+               "precision", "preemption", "saved_model", "scaling", "sidecar", "timing",
+               "verification")
+_PRIVATE_SUBMODULES = ("process", "user_code")
 # Public functions -> their module, loaded on first use as the submodules are.
 _FUNCTIONS = {"accumulate": "accumulation", "accumulated_gradients": "accumulation",
               "verify": "verification"}
@@ -33,7 +37,7 @@ def __getattr__(name):
     return importlib.import_module("tfdist.progress").step_done
   if name in _FUNCTIONS:
     return getattr(importlib.import_module(f"{__name__}.{_FUNCTIONS[name]}"), name)
-  if name not in _SUBMODULES:
+  if name not in _SUBMODULES + _PRIVATE_SUBMODULES:
     raise AttributeError(f"module 'tfdist.training' has no attribute {name!r}")
   return importlib.import_module(f"{__name__}.{name}")
 
