@@ -39,3 +39,17 @@ class TestCli:
     result = helpers.run(helpers.tfdist_cli("launch", "--workers=2"), timeout=60)
     assert result.returncode == 2
     assert "give the command after '--'" in result.stdout
+
+
+def test_a_bad_profile_range_or_stall_timeout_is_a_one_line_error():
+  result = helpers.run(helpers.tfdist_cli("launch", "--profile=5-2", "--", "true"), timeout=60)
+  assert result.returncode == 2
+  assert result.stdout.strip().splitlines()[-1] == (
+      "tfdist launch: `profile` must be the steps to trace as FIRST-LAST, e.g. 100-120 (steps "
+      "count from 1). Received: '5-2'")
+  result = helpers.run(helpers.tfdist_cli("launch", "--", "true"), timeout=60,
+                       env={"TFDIST_STALL_TIMEOUT": "soon"})
+  assert result.returncode == 2
+  assert result.stdout.strip().splitlines()[-1].startswith(
+      "tfdist launch: `TFDIST_STALL_TIMEOUT` must be a number of seconds >= 0 (0: no watchdog). "
+      "Received: TFDIST_STALL_TIMEOUT='soon'")

@@ -27,6 +27,7 @@ logger = logging.getLogger("tfdist")
 PATCHES = {"fit_callbacks": "tensorflow/tensorflow#35878"}
 MakeCallbacks = Callable[[type], List[object]]
 _MODULES = ("tf_keras", "keras")
+_CALLBACKS_POSITION = 5
 _originals = {}  # Model class -> its own fit
 
 
@@ -48,13 +49,19 @@ def _patch(module, make: MakeCallbacks) -> None:
 
   @functools.wraps(original)
   def fit(self, *args, **kwargs):
-    callbacks = kwargs.get("callbacks")
+    # `callbacks` is fit's sixth parameter (x, y, batch_size, epochs, verbose, callbacks).
+    positional = len(args) > _CALLBACKS_POSITION
+    callbacks = args[_CALLBACKS_POSITION] if positional else kwargs.get("callbacks")
     if callbacks is None or isinstance(callbacks, (list, tuple)):
       added = make(base)
       for callback in added:
         if legacy:  # Its hooks never read the logs: tf_keras fetches none for them.
           tf_keras_internals.never_fetch_logs(callback)
-      kwargs["callbacks"] = list(callbacks or []) + added
+      callbacks = list(callbacks or []) + added
+      if positional:
+        args = args[:_CALLBACKS_POSITION] + (callbacks,) + args[_CALLBACKS_POSITION + 1:]
+      else:
+        kwargs["callbacks"] = callbacks
     return original(self, *args, **kwargs)
 
   _originals[model_class] = original

@@ -1,0 +1,39 @@
+"""tfdist.internals.fit_callbacks: every `fit` gets the callbacks, however it passes its own."""
+
+import numpy as np
+import pytest
+
+from tfdist.internals import fit_callbacks
+
+
+@pytest.fixture
+def seen():
+  import tf_keras
+  import keras
+  batches = []
+
+  def make(base):
+    class Count(base):
+      def on_train_batch_end(self, batch, logs=None):
+        batches.append(type(self).__mro__[1].__module__)
+    return [Count()]
+
+  assert fit_callbacks.enable_fit_callbacks(make)
+  yield batches
+  fit_callbacks.disable_fit_callbacks()
+  assert tf_keras.Model.fit.__module__.startswith("tf_keras")
+  assert keras.Model.fit.__module__.startswith("keras")
+
+
+@pytest.mark.parametrize("library", ["tf_keras", "keras"])
+def test_every_fit_of_both_kerases_gets_the_callbacks_beside_its_own(seen, library):
+  keras = __import__(library)
+  model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+  model.compile(optimizer="sgd", loss="mse")
+  x, y = np.zeros((8, 2), "float32"), np.zeros((8, 1), "float32")
+  own = keras.callbacks.History()
+  model.fit(x, y, batch_size=4, epochs=1, verbose=0, callbacks=[own])
+  model.fit(x, y, 4, 1, 0, [own])  # callbacks passed by position
+  model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+  assert len(seen) == 6 and all(module.startswith(library) for module in seen), seen
+  assert own.history  # The script's own callback still ran.

@@ -1,0 +1,49 @@
+"""tfdist.progress: a task's steps in its progress file, its stacks on SIGUSR1, the profile's steps."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfdist import progress
+
+
+def test_the_steps_reach_the_file_the_launcher_reads_and_stacks_come_on_sigusr1(tmp_path):
+  code = (
+      "import os, signal, time\n"
+      "from tfdist import progress\n"
+      "assert progress.install_from_env()\n"
+      "for _ in range(3):\n"
+      "  time.sleep(0.01)\n"
+      "  progress.step_done()\n"
+      "print(open(os.path.join(os.environ['TFDIST_PROGRESS_DIR'], 'worker-1.progress')).read())\n"
+      "os.kill(os.getpid(), signal.SIGUSR1)\n"
+      "time.sleep(0.2)\n")
+  env = dict(os.environ, TFDIST_PROGRESS_DIR=str(tmp_path),
+             TF_CONFIG=json.dumps({"task": {"type": "worker", "index": 1}}))
+  result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60)
+  assert result.returncode == 0, result.stderr
+  pid, steps, events, phase, mean = result.stdout.split()
+  assert (int(steps), int(events), phase) == (3, 4, progress.STEP) and float(mean) > 0
+  stacks = (tmp_path / "worker-1.stacks").read_text()
+  assert 'File "<string>", line 8 in <module>' in stacks
+  assert "end" in (tmp_path / "worker-1.progress").read_text()  # Its exit: training is over.
+
+
+def test_outside_a_launch_step_done_only_counts():
+  before = progress.steps_done()
+  progress.step_done(2)
+  assert progress.steps_done() == before + 2
+  assert not progress.install_from_env({})
+
+
+def test_profile_steps_are_first_to_last_and_a_bad_range_names_the_form():
+  assert progress.parse_steps("100-120") == (100, 120)
+  assert progress.parse_steps("7") == (7, 7)
+  for bad in ("0-3", "5-2", "a-b", ""):
+    with pytest.raises(ValueError, match=r"`profile` must be the steps to trace as FIRST-LAST, "
+                       r"e.g. 100-120 \(steps count from 1\). Received: "):
+      progress.parse_steps(bad)
