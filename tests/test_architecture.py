@@ -312,3 +312,14 @@ def test_every_override_of_a_private_tf_or_keras_method_is_in_the_inventory():
           found.add(f"{module}.{cls.__name__}.{attr}")
   outside = {name for name in found if not name.startswith(INTERNALS)}
   assert outside == OVERRIDES, f"private TF/Keras methods overridden: {sorted(outside)}"
+
+
+def test_no_library_code_starts_a_module_of_the_cli():
+  # A process that a library package starts runs that package's own main
+  # (`python -m tfdist.launch.ray_task`); cli/ holds the commands users type.
+  offences = [f"{path}:{node.lineno}: {node.value}" for module, path, source in _sources()
+              if not module.startswith("tfdist.cli")
+              for node in ast.walk(ast.parse(source))
+              if isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and node.value.startswith("tfdist.cli.")]
+  assert not offences, offences

@@ -70,7 +70,7 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
     except (OSError, TypeError) as e:
       raise TypeError(f"Cannot read the source of {name!r}; define it in a cell or a file. "
                       f"Received: {function_or_script!r}") from e
-    command = [sys.executable, "-m", "tfdist.cli.notebook_task"]
+    command = [sys.executable, "-m", "tfdist.launch.notebook_task"]
     env.update({result_channel.FUNCTION_ENV: name, result_channel.SOURCE_ENV: source,
                 result_channel.RESULT_TASK_ENV: result_channel.reporting_task(job)})
   elif isinstance(function_or_script, (str, os.PathLike)):

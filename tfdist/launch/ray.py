@@ -8,7 +8,7 @@ bundle's node for its address and a free port there
 `TF_CONFIG` from them, and then runs the same supervision as `tfdist launch` on one machine
 (`tfdist.launch.supervision`): the restart rules, `--timeout`, `--grace_period`
 and the `[worker:1]` prefixes. Each task there is a small local process
-(`python -m tfdist.cli.ray_task`) that starts a Ray actor in the task's bundle;
+(`python -m tfdist.launch.ray_task`) that starts a Ray actor in the task's bundle;
 the actor starts the user's command on its node, in its own process group, and
 hands its lines and exit code back. Nothing of the job outlives the launcher:
 
@@ -176,7 +176,7 @@ def forwarded(environ: Mapping[str, str]) -> Dict[str, str]:
 class TaskProcess:
   """A Ray actor that runs one task's command on its node and hands back its lines.
 
-  Made by `tfdist.cli.ray_task` (`ray.remote(TaskProcess)`), which polls `read`.
+  Made by `tfdist.launch.ray_task` (`ray.remote(TaskProcess)`), which polls `read`.
   """
 
   def __init__(self):
@@ -432,7 +432,7 @@ class _Cluster(supervision.Cluster):
     super().__init__(command, placement.spec(), env, output, grace_period,
                      placement.data_service(data_work_dir))
     self.placement, self.data_work_dir = placement, data_work_dir
-    self.prefix = [sys.executable, "-m", "tfdist.cli.ray_task", "--"]
+    self.prefix = [sys.executable, "-m", "tfdist.launch.ray_task", "--"]
     self.next_look = 0.0
 
   def prepare_attempt(self) -> None:

@@ -1,4 +1,4 @@
-"""One task of `tfdist launch --ray`, from this machine: `python -m tfdist.cli.ray_task -- CMD`.
+"""One task of `tfdist launch --ray`, from this machine: `python -m tfdist.launch.ray_task -- CMD`.
 
 `tfdist launch --ray` runs this in place of each task's command, with the
 task's TF_CONFIG and the placement group the launcher reserved. It starts a

@@ -1,4 +1,4 @@
-"""One task of `notebook_launch`: `python -m tfdist.cli.notebook_task`.
+"""One task of `notebook_launch`: `python -m tfdist.launch.notebook_task`.
 
 Runs the function `TFDIST_FUNCTION` defined in `TFDIST_FUNCTION_SOURCE` (a
 notebook cell's function, from its source: tasks are fresh processes; the
