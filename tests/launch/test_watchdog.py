@@ -147,3 +147,8 @@ def test_a_slow_but_moving_worker_gets_no_alarm_and_every_task_is_profiled(tmp_p
     assert len(traces) == 1, run
   assert f"[tfdist launch] profile of steps 3-5: {profile_dir}, one run per task: " \
       "['worker-0', 'worker-1']" in result.stdout
+  # The per-task table, and the worker that sleeps in its input named the straggler.
+  assert re.search(r"^worker:0 +3 +[\d.]+ +[\d.]+ +[\d.]+$", result.stdout, re.M)
+  assert re.search(r"^worker:1 +3 +[\d.]+ +[\d.]+ +[\d.]+$", result.stdout, re.M)
+  assert re.search(r"\[tfdist launch\] worker:1 is the straggler, input-bound: it waits for its "
+                   r"input pipeline", result.stdout), result.stdout[-3000:]

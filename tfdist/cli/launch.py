@@ -23,6 +23,7 @@ from tfdist import launch as launch_lib
 from tfdist import progress
 from tfdist.launch import kubernetes
 from tfdist.launch import private_network
+from tfdist.launch import profile_summary
 from tfdist.launch import ray as ray_launch
 from tfdist.launch import slurm
 from tfdist.launch import task_keras
@@ -164,6 +165,8 @@ def main(argv):
     print(f"[tfdist launch] profile of steps {_PROFILE.value}: {profile_dir}, one run per task: "
           f"{runs or 'none written (did the job reach those steps?)'}. View it with `tensorboard "
           f"--logdir {profile_dir}` (pip install tensorboard tensorboard-plugin-profile) or xprof.")
+    if runs:
+      _print_profile_summary(profile_dir)
   # A task killed by signal N exits the launcher with 128 + N, as shells do.
   return code if code >= 0 else 128 - code
 
@@ -177,6 +180,20 @@ def _profile_environment():
   os.environ[progress.PROFILE_ENV] = _PROFILE.value
   os.environ[progress.PROFILE_DIR_ENV] = directory
   return directory
+
+
+def _print_profile_summary(profile_dir: str) -> None:
+  """The per-task table of the profiled steps, and the straggler if one stands out."""
+  try:
+    rows = profile_summary.summarize(profile_dir)
+  except Exception as e:  # pylint: disable=broad-except  The job's exit code stands.
+    print(f"[tfdist launch] no per-task summary of the profile: {e!r}")
+    return
+  if rows:
+    print("[tfdist launch] per task, per profiled step:\n" + profile_summary.table(rows))
+    line = profile_summary.straggler(rows)
+    if line:
+      print(f"[tfdist launch] {line}")
 
 
 def _launcher() -> launch_lib.Launcher:
