@@ -249,6 +249,19 @@ def test_a_pipeline_that_cannot_be_replayed_is_named_once_before_training(caplog
       "a TensorFlow op, or its randomness stateless (tf.random.stateless_*)."]
 
 
+def test_loop_picks_its_runner_from_the_registry_in_its_fixed_order():
+  # Registered explicitly, in one place (tfdist/training/loop/__init__.py), not
+  # by whichever subclass was imported first.
+  assert loop_lib.runner.RUNNERS.names() == ["parameter_server", "sync"]
+  for name in ("one_device", "mirrored"):
+    strategy = tfdist.make_strategy(name)
+    with strategy.scope():
+      model = tfdist.keras.Sequential([tfdist.keras.Input((2,)), tfdist.keras.layers.Dense(1)])
+      optimizer = tfdist.keras.optimizers.SGD()
+    made = loop_lib.Loop(strategy, model, loss=tfdist.keras.losses.mse, optimizer=optimizer)
+    assert type(made) is loop_lib.SyncRunner, name
+
+
 def test_bad_arguments_name_the_field_and_the_value():
   keras, strategy = tfdist.keras, tfdist.make_strategy("one_device")
   model = _model(keras, strategy)

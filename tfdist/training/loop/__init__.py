@@ -52,8 +52,7 @@ tf_keras lists sharded variables), and checkpoints save each variable whole
 differentiate `loop.trainable_variables`, not the model's.
 """
 
-# The runners, in the order `Loop` tries them: importing the package registers
-# both, whichever module is imported first.
+from tfdist.training.loop import runner
 from tfdist.training.loop.runner import EVALUATION_SHARDS
 from tfdist.training.loop.runner import EXAMPLES
 from tfdist.training.loop.runner import Loop
@@ -61,6 +60,11 @@ from tfdist.training.loop.runner import StepFn
 from tfdist.training.loop.runner import average_loss
 from tfdist.training.loop.parameter_server import ParameterServerRunner
 from tfdist.training.loop.sync import SyncRunner
+
+# The runners, in the order `Loop` tries them: the first whose strategy_types
+# match, else the first with none.
+runner.RUNNERS.register("parameter_server", ParameterServerRunner)
+runner.RUNNERS.register("sync", SyncRunner)
 
 __all__ = ["EVALUATION_SHARDS", "EXAMPLES", "Loop", "ParameterServerRunner", "StepFn",
            "SyncRunner", "average_loss"]

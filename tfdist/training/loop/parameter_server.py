@@ -16,9 +16,10 @@ from tfdist.internals import keras as keras_internals
 from tfdist.training.loop import runner
 
 
-class ParameterServerRunner(runner.Loop,
-                            strategy_types=(tf.distribute.ParameterServerStrategy,)):
+class ParameterServerRunner(runner.Loop):
   """`Loop` under ParameterServerStrategy."""
+
+  strategy_types = (tf.distribute.ParameterServerStrategy,)
 
   def __init__(self, *args, **kwargs):
     self._per_worker_datasets = {}  # dataset_fn -> its per-worker dataset

@@ -4,20 +4,22 @@ A runner subclasses `Loop` naming the strategies it runs (`strategy_types`),
 and gives the three things that differ by kind of strategy: how `fit` takes its
 input (`_start_fit`), how an epoch's steps run (`_train_epoch`), and how
 `evaluate` runs (`_evaluate`). `Loop(strategy, model, ...)` returns the first
-registered runner whose `strategy_types` match, or the one registered with none
-(the fallback); `tfdist.training.loop` registers them in a fixed order.
+runner in `RUNNERS` whose `strategy_types` match, or the first with none (the
+fallback); `tfdist.training.loop` registers them there, explicitly and in a
+fixed order.
 """
 
 import contextlib
 import logging
 import signal
 import threading
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Type
 
 import tensorflow as tf
 
 from tfdist import folders
 from tfdist import keras_support
+from tfdist import registry
 from tfdist.internals import tensorflow as tf_internals
 from tfdist.training import accumulation
 from tfdist.training import preemption
@@ -30,8 +32,8 @@ EXAMPLES = "examples"
 EVALUATION_SHARDS = 8
 StepFn = Callable[..., Mapping[str, tf.Tensor]]
 
-# (strategy types, runner class), in registration order; empty types: the fallback.
-_RUNNERS: List[Tuple[Tuple[type, ...], Type["Loop"]]] = []
+# The runners `Loop(...)` picks from, in order (tfdist/training/loop/__init__.py).
+RUNNERS: registry.Registry[Type["Loop"]] = registry.Registry("training-loop runner")
 
 
 def average_loss(per_example_loss, regularization_losses: Sequence = ()) -> tf.Tensor:
@@ -114,9 +116,8 @@ class Loop:
   _checks_sigterm = False
   _sigterm = None
 
-  def __init_subclass__(cls, strategy_types: Tuple[type, ...] = (), **kwargs):
-    super().__init_subclass__(**kwargs)
-    _RUNNERS.append((tuple(strategy_types), cls))
+  # The strategies a runner runs; none: it is the fallback.
+  strategy_types: Tuple[type, ...] = ()
 
   def __new__(cls, strategy, *args, **kwargs):
     if cls is Loop:
@@ -433,10 +434,10 @@ class Loop:
 
 def _runner_for(strategy) -> Type[Loop]:
   fallback = None
-  for types, runner in _RUNNERS:
-    if not types:
+  for _, runner in RUNNERS.items():
+    if not runner.strategy_types:
       fallback = fallback or runner
-    elif isinstance(strategy, types):
+    elif isinstance(strategy, runner.strategy_types):
       return runner
   if fallback is None:
     raise TypeError("No training-loop runner is registered: import tfdist.training.loop, "
