@@ -62,7 +62,10 @@ class SplitDense(tf_keras.layers.Layer):
       from `tfdist.devices.split_physical_device` stand in for GPUs).
     split: "columns" (concatenate the output slices) or "rows" (sum the partial
       products).
-    activation, use_bias, kernel_initializer, bias_initializer: as for Dense.
+    activation: as for Dense, applied after the concatenation or the sum.
+    use_bias: as for Dense.
+    kernel_initializer: as for Dense, drawn for the whole kernel, then sliced.
+    bias_initializer: as for Dense.
 
   Example:
 
