@@ -18,12 +18,12 @@ def test_a_model_too_big_for_one_device_is_advised_model_parallelism_measured_he
   result = tfdist.advise("mlp", devices_per_worker=2, memory_per_device_gb=0.008,
                          timeout=300, **FAST)
   assert isinstance(result, advice.AdviseResult)
-  advice, measured = result.as_dict()["advice"], result.as_dict()["measurements"]
-  assert advice["pick"]["name"] == "model_parallel (2 devices, 4 micro-batches)"
+  advised, measured = result.as_dict()["advice"], result.as_dict()["measurements"]
+  assert advised["pick"]["name"] == "model_parallel (2 devices, 4 micro-batches)"
   assert sorted(measured["step"]) == ["central_storage", "mirrored", "model_parallel",
                                       "one_device", "one_device (global batch)"]
   assert all(seconds > 0 for seconds in measured["step"].values())
-  fits = {o["name"]: o["fits"] for o in advice["options"]}
+  fits = {o["name"]: o["fits"] for o in advised["options"]}
   assert not any(fits[name] for name in ("one_device", "mirrored", "central_storage"))
   # Adam on float32: weights, gradients and two slots per weight (plus its scalars).
   footprint = measured["footprint"]

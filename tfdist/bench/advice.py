@@ -35,7 +35,6 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any, Dict, Optional, Sequence
 
@@ -44,6 +43,7 @@ from tfdist.bench import decision
 from tfdist.bench import memory
 from tfdist.cluster import ClusterSpec
 from tfdist.launch import local
+from tfdist.launch import result_channel
 
 logger = logging.getLogger("tfdist")
 
@@ -254,35 +254,38 @@ def _command(task: str, options: AdviseOptions, devices: int, path: str) -> Sequ
 
 def _run_process(task: str, options: AdviseOptions, devices: int) -> Any:
   """`task` in one fresh process; what it wrote."""
-  with tempfile.TemporaryDirectory() as workdir:
-    path = os.path.join(workdir, "result.json")
+  output = []
+
+  def start(path):
     try:
       done = subprocess.run(_command(task, options, devices, path), capture_output=True,
                             text=True, timeout=options.timeout)
-      code, output = done.returncode, done.stdout + done.stderr
+      output.append(done.stdout + done.stderr)
+      return done.returncode
     except subprocess.TimeoutExpired as e:  # subprocess.run kills the child first.
       stderr = e.stderr or b""  # Bytes even with text=True, on a timeout.
-      code = f"timeout after {options.timeout:.0f} s"
-      output = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
-    return _read_result(path, code, output, f"the {task} measurement on {devices} device(s)")
+      output.append(stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr)
+      return f"timeout after {options.timeout:.0f} s"
+
+  code, result = result_channel.run_for_json(start)
+  return _measured(result, code, output[0], f"the {task} measurement on {devices} device(s)")
 
 
 def _run_two_workers(options: AdviseOptions, devices: int) -> dict:
   """The 2-worker measurement on a local cluster; worker 0's result."""
-  with tempfile.TemporaryDirectory() as workdir:
-    path = os.path.join(workdir, "result.json")
-    output = io.StringIO()
-    code = local.launch_local(_command("worker", options, devices, path), ClusterSpec.local(2),
-                              timeout=options.timeout, output=output)
-    return _read_result(path, code, output.getvalue(), "the 2-worker measurement")
+  output = io.StringIO()
+  code, result = result_channel.run_for_json(lambda path: local.launch_local(
+      _command("worker", options, devices, path), ClusterSpec.local(2),
+      timeout=options.timeout, output=output))
+  return _measured(result, code, output.getvalue(), "the 2-worker measurement")
 
 
-def _read_result(path: str, code, output: str, what: str) -> Any:
-  if code != 0 or not os.path.exists(path):
+def _measured(result: Any, code, output: str, what: str) -> Any:
+  """`result`, or a MeasurementError with the process's last lines if it wrote none."""
+  if result is None:
     tail = "\n".join(line for line in output.splitlines()[-15:])
     raise MeasurementError(f"{what} failed (exit code {code}); its last lines:\n{tail}")
-  with open(path) as f:
-    return json.load(f)
+  return result
 
 
 def task_main(argv: Sequence[str]) -> int:

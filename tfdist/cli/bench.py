@@ -24,14 +24,13 @@ ratio. Medians over --repeats interleaved pairs. Never fails on speed.
 """
 
 import json
-import os
 import subprocess
 import sys
-import tempfile
 
 from absl import flags
 
 from tfdist.cli import self_launch
+from tfdist.launch import result_channel
 
 _ALL_SUITES = ["overhead", "small_model", "allreduce", "scaling", "advise"]
 _SUITES = flags.DEFINE_multi_enum("suites", _ALL_SUITES, _ALL_SUITES, "What to measure.")
@@ -159,18 +158,14 @@ def _scaling() -> dict:
   for entry in _SCALE_MODELS.value:
     model, _, batch = entry.partition(":")
     print(f"\nScaling: tfdist scale --model={model} --batch_size={batch} ...", flush=True)
-    with tempfile.TemporaryDirectory() as workdir:
-      path = os.path.join(workdir, "scale.json")
-      code = subprocess.run(
-          [sys.executable, "-m", "tfdist", "scale", f"--model={model}", f"--batch_size={batch}",
-           f"--steps={_SCALE_STEPS.value}", f"--pairs={_SCALE_PAIRS.value}", "--plot=",
-           f"--output={path}"],
-          stdout=subprocess.DEVNULL, timeout=3600).returncode
-      if code != 0 or not os.path.exists(path):
-        print(f"  failed (exit code {code}); run the command above to see why.")
-        continue
-      with open(path) as f:
-        measured = json.load(f)
+    code, measured = result_channel.run_for_json(lambda path: subprocess.run(
+        [sys.executable, "-m", "tfdist", "scale", f"--model={model}", f"--batch_size={batch}",
+         f"--steps={_SCALE_STEPS.value}", f"--pairs={_SCALE_PAIRS.value}", "--plot=",
+         f"--output={path}"],
+        stdout=subprocess.DEVNULL, timeout=3600).returncode)
+    if measured is None:
+      print(f"  failed (exit code {code}); run the command above to see why.")
+      continue
     batch = measured["batch_size"]
     one = batch / measured["compute_seconds"]
     two = 2 * batch / measured["two_worker_seconds"]

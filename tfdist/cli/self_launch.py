@@ -18,7 +18,6 @@ Example (in an absl main):
 import json
 import os
 import sys
-import tempfile
 from types import ModuleType
 from typing import Any, List, Optional, Sequence, TextIO
 
@@ -27,6 +26,7 @@ from absl import flags
 from tfdist import launch as launch_lib
 from tfdist.cluster import CHIEF, WORKER, ClusterSpec, TaskSpec
 from tfdist.cluster import environment
+from tfdist.launch import result_channel
 
 # The reporting task writes its result as JSON here: `tfdist train`'s own
 # --result_file, and the internal flag of the commands that launch themselves.
@@ -77,19 +77,16 @@ def run_for_result(name: str, module: ModuleType, spec: ClusterSpec, *, timeout:
   Returns None, after printing the command that shows the cluster's output,
   when the cluster failed or wrote nothing.
   """
-  with tempfile.TemporaryDirectory() as workdir:
-    path = os.path.join(workdir, "result.json")
-    with open(os.devnull, "w") as quiet:
-      code = run(name, module, spec, timeout=timeout, output=quiet,
-                 extra_flags=[*extra_flags, f"--{RESULT_FLAG}={path}"])
-    if code != 0 or not os.path.exists(path):
-      shown = " ".join(command(name, module, extra_flags)[1:])
-      print(f"tfdist {name}: the {spec.num_workers}-worker cluster failed (exit code {code}); "
-            f"run `tfdist launch --workers {spec.num_workers} -- python {shown}` to see why.",
-            file=sys.stderr)
-      return None
-    with open(path) as f:
-      return json.load(f)
+  with open(os.devnull, "w") as quiet:
+    code, result = result_channel.run_for_json(lambda path: run(
+        name, module, spec, timeout=timeout, output=quiet,
+        extra_flags=[*extra_flags, f"--{RESULT_FLAG}={path}"]))
+  if result is None:
+    shown = " ".join(command(name, module, extra_flags)[1:])
+    print(f"tfdist {name}: the {spec.num_workers}-worker cluster failed (exit code {code}); "
+          f"run `tfdist launch --workers {spec.num_workers} -- python {shown}` to see why.",
+          file=sys.stderr)
+  return result
 
 
 def is_writer(spec: Optional[ClusterSpec]) -> bool:

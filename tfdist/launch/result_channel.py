@@ -13,6 +13,10 @@ Ray's object store (`tfdist.launch.ray.TaskProcess.result`).
 The function's source reaches the tasks in their environment (readable by
 their user only), never in argv, which `ps` shows to every user of a node.
 
+Measuring processes (`tfdist train` under `compare`, `tfdist advise`, a
+command that launches itself as a cluster) hand back JSON the same way:
+`run_for_json` gives them a path in such a folder and reads what they wrote.
+
 Example:
 
     >>> with result_channel.made() as path:
@@ -22,11 +26,12 @@ Example:
 """
 
 import contextlib
+import json
 import os
 import pickle
 import shutil
 import tempfile
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 from tfdist.launch import launcher
 
@@ -43,13 +48,29 @@ def reporting_task(job: launcher.Job) -> str:
 
 
 @contextlib.contextmanager
-def made() -> Iterator[str]:
+def made(name: str = NAME) -> Iterator[str]:
   """A result file's path in a new folder only this user can enter, removed afterwards."""
   folder = tempfile.mkdtemp(prefix="tfdist-result-")  # Mode 0700, a name no one could guess.
   try:
-    yield os.path.join(folder, NAME)
+    yield os.path.join(folder, name)
   finally:
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_for_json(start: Callable[[str], Any]) -> Tuple[Any, Optional[Any]]:
+  """Runs a process for the JSON it writes: (its exit code, what it wrote, or None).
+
+  `start(path)` runs the process (or a cluster of them), telling it to write
+  its result to `path`, and returns the exit code (or what stands for one, e.g.
+  "timeout"). The result is read only after a code of 0; a process that
+  failed or wrote nothing gives None.
+  """
+  with made("result.json") as path:
+    code = start(path)
+    if code != 0 or not os.path.exists(path):
+      return code, None
+    with open(path) as f:
+      return code, json.load(f)
 
 
 def write(path: str, data: bytes) -> None:

@@ -6,12 +6,13 @@ down. The single-machine strategies get 2 logical CPU devices (standing in for
 2 GPUs); multi-worker ones start their own local cluster.
 """
 
-import json
 import os
 import subprocess
 import sys
 import time
 from typing import Sequence
+
+from tfdist.launch import result_channel
 
 SINGLE_MACHINE = ("one_device", "mirrored", "central_storage")
 LOG_TAIL_LINES = 15
@@ -24,29 +25,27 @@ def run(strategy: str, workdir: str, *, keras: str, epochs: int, batch_size: int
   A failed run gives {"strategy", "keras", "error", "log_tail", "seconds"}
   instead, with the last lines of its output.
   """
-  name = f"{strategy}-{keras}-{len(os.listdir(workdir))}"
-  result_file = os.path.join(workdir, f"{name}.json")
-  log_file = os.path.join(workdir, f"{name}.log")
-  command = [sys.executable, "-m", "tfdist", "train", f"--strategy={strategy}",
-             f"--keras={keras}", f"--epochs={epochs}", f"--batch_size={batch_size}",
-             f"--result_file={result_file}", "--verbose=0", f"--timeout={timeout}",
-             *extra_flags]
-  if strategy in SINGLE_MACHINE:
-    command.append("--devices=2")
-  start = time.monotonic()
-  with open(log_file, "w") as log:
-    try:
-      code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
-                            timeout=timeout + 30).returncode
-    except subprocess.TimeoutExpired:  # subprocess.run kills the child first.
-      code = "timeout"
-  seconds = time.monotonic() - start
-  if code != 0 or not os.path.exists(result_file):
+  log_file = os.path.join(workdir, f"{strategy}-{keras}-{len(os.listdir(workdir))}.log")
+
+  def start(result_file):
+    command = [sys.executable, "-m", "tfdist", "train", f"--strategy={strategy}",
+               f"--keras={keras}", f"--epochs={epochs}", f"--batch_size={batch_size}",
+               f"--result_file={result_file}", "--verbose=0", f"--timeout={timeout}",
+               *extra_flags] + (["--devices=2"] if strategy in SINGLE_MACHINE else [])
+    with open(log_file, "w") as log:
+      try:
+        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
+                              timeout=timeout + 30).returncode
+      except subprocess.TimeoutExpired:  # subprocess.run kills the child first.
+        return "timeout"
+
+  began = time.monotonic()
+  code, result = result_channel.run_for_json(start)
+  seconds = time.monotonic() - began
+  if result is None:
     with open(log_file) as log:
       tail = log.read().splitlines()[-LOG_TAIL_LINES:]
     return {"strategy": strategy, "keras": keras, "error": f"exit code {code}",
             "log_tail": tail, "seconds": seconds}
-  with open(result_file) as f:
-    result = json.load(f)
   result["seconds"] = seconds
   return result
