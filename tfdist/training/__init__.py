@@ -10,6 +10,7 @@
 - `sidecar`: an evaluator task that evaluates each new checkpoint.
 - `saved_model`: a SavedModel for serving (`tfdist.export`), from any strategy.
 - `compression`, `precision`: float16 all-reduce; mixed precision.
+- `sparsification`: gradients exchanged below 16 bits, top-k or int8, with error feedback.
 - `scaling`: global batch and learning-rate rules, warm-up.
 - `timing`: step and epoch times.
 - `process`: one `tfdist train` in a fresh process, and its result.
@@ -23,8 +24,8 @@ mains and may change. Submodules load on first use
 import importlib
 
 _SUBMODULES = ("accumulation", "checkpoints", "compression", "fit_step", "job", "loop",
-               "precision", "preemption", "saved_model", "scaling", "sidecar", "timing",
-               "verification")
+               "precision", "preemption", "saved_model", "scaling", "sidecar",
+               "sparsification", "timing", "verification")
 _PRIVATE_SUBMODULES = ("process", "user_code")
 # Public functions -> their module, loaded on first use as the submodules are.
 _FUNCTIONS = {"accumulate": "accumulation", "accumulated_gradients": "accumulation",
