@@ -95,6 +95,10 @@ def test_bad_arguments_name_the_field_and_the_value():
   with pytest.raises(ValueError, match=r"Received: accumulate_steps=0"):
     loop_lib.Loop(tf.distribute.get_strategy(), model, loss=keras.losses.MeanSquaredError(),
                   optimizer=model.optimizer, accumulate_steps=0)
+  with pytest.raises(ValueError, match=r"`accumulate_steps` applies to the default step.*"
+                                       r"accumulate_steps=2"):
+    loop_lib.Loop(tf.distribute.get_strategy(), model, optimizer=model.optimizer,
+                  step_fn=lambda batch: {}, accumulate_steps=2)
   uncompiled = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
   with pytest.raises(ValueError, match=r"needs a compiled model.*Received: Sequential without"):
     tfdist.training.accumulate(uncompiled, steps=2)
