@@ -110,6 +110,8 @@ def test_bad_arguments_are_refused_with_what_was_received():
     placement.SplitDense(4, "/cpu:0")
   with pytest.raises(ValueError, match=r"at least one input per device: 1 input\(s\) on 2"):
     placement.SplitDense(4, DEVICES, split="rows").build((None, 1))
+  with pytest.raises(ValueError, match=r"inputs' last dimension.*Received: input_shape=\(None, None\)"):
+    placement.SplitDense(4, DEVICES).build((None, None))
   with pytest.raises(TypeError, match=r"takes a tfdist.keras.layers.Dense layer. Received: "
                      r"tf_keras.*Conv1D"):
     placement.SplitDense.from_dense(keras.layers.Conv1D(2, 1), DEVICES)

@@ -103,7 +103,8 @@ class SplitDense(tf_keras.layers.Layer):
   def build(self, input_shape):
     input_shape = tf.TensorShape(input_shape)
     if input_shape.rank is None or input_shape[-1] is None:
-      raise ValueError("SplitDense needs the inputs' last dimension to split the kernel. "
+      raise ValueError("SplitDense needs the inputs' last dimension to split the kernel; "
+                       "give the model an input with it, e.g. keras.Input((features,)). "
                        f"Received: input_shape={input_shape}")
     inputs = int(input_shape[-1])
     parts = len(self.devices)
