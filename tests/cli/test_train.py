@@ -91,8 +91,8 @@ def test_compressed_gradients_are_refused_under_parameter_servers():
   result = helpers.run(helpers.tfdist_cli(
       "train", "--strategy=parameter_server", "--compress_gradients"), timeout=60)
   assert result.returncode == 2
-  assert re.search(r"parameter-server training has none.*Received: --strategy=parameter_server "
-                   "--compress_gradients", result.stdout)
+  assert re.search(r"parameter-server training has none.*Received: strategy='parameter_server', "
+                   "compress_gradients=True", result.stdout)
 
 
 @pytest.mark.parametrize("flag, text, match", [

@@ -42,8 +42,14 @@ def test_evaluator_needs_a_checkpoint_dir_and_a_cluster():
   result = helpers.run(helpers.tfdist_cli("train", "--strategy=multi_worker_mirrored",
                                           "--evaluator"), timeout=60)
   assert result.returncode == 2
-  assert re.search(r"--evaluator adds an evaluator task .* give both. Received: "
-                   r"--strategy=multi_worker_mirrored --checkpoint_dir=None", result.stdout)
+  assert re.search(r"`evaluator` adds an evaluator task .* give both. Received: "
+                   r"strategy='multi_worker_mirrored', checkpoint_dir=None", result.stdout)
+  result = helpers.run(helpers.tfdist_cli("train", "--strategy=multi_worker_mirrored",
+                                          "--evaluator", "--checkpoint_dir=ckpt",
+                                          "--in_process"), timeout=60)
+  assert result.returncode == 2
+  assert "--in_process runs no cluster: drop one. Received: --evaluator --in_process" in \
+      result.stdout
 
 
 def test_keras3_and_uncompiled_models_are_refused(tmp_path):

@@ -6,6 +6,7 @@ cluster itself (one process per task, via `tfdist launch`) unless TF_CONFIG
 says it already runs inside one.
 """
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from tfdist import cluster as cluster_lib
 from tfdist.training import precision
 from tfdist.training import scaling
 from tfdist.cli import self_launch
+from tfdist.training import config as train_config
 from tfdist.training import user_code
 from tfdist.launch import task_keras
 from tfdist.strategies.local import CROSS_DEVICE_OPS
@@ -89,7 +91,7 @@ _KERAS = flags.DEFINE_enum(
 _VERBOSE = flags.DEFINE_integer("verbose", 2, "Keras fit verbosity (0, 1 or 2).",
                                 lower_bound=0, upper_bound=2)
 
-_MULTI_WORKER = ("multi_worker_mirrored", "parameter_server")
+_MULTI_WORKER = train_config.MULTI_WORKER
 
 
 def _strategy_options() -> dict:
@@ -180,18 +182,23 @@ def main(argv):
   # `tf.keras` in a --model module resolves to the same Keras, here and in the tasks.
   legacy = task_keras.LEGACY_KERAS_ENV
   os.environ[legacy] = task_keras.variables(keras, {})[legacy]
-  if _EVALUATOR.value and (not _CHECKPOINT_DIR.value or _STRATEGY.value not in _MULTI_WORKER
-                           or _IN_PROCESS.value):
-    print("tfdist train: --evaluator adds an evaluator task to the local cluster of "
-          "multi_worker_mirrored or parameter_server, and it reads the chief's checkpoints "
-          "in --checkpoint_dir: give both. Received: "
-          f"--strategy={_STRATEGY.value} --checkpoint_dir={_CHECKPOINT_DIR.value}"
-          f"{' --in_process' if _IN_PROCESS.value else ''}", file=sys.stderr)
+  try:  # The job's rules, checked once, by the config, before anything starts.
+    config = train_config.TrainConfig(
+        strategy=_STRATEGY.value, epochs=_EPOCHS.value, batch_size=_BATCH_SIZE.value,
+        learning_rate=_LEARNING_RATE.value, lr_scaling=_LR_SCALING.value,
+        warmup_steps=_WARMUP_STEPS.value, strategy_options=_strategy_options(),
+        verbose=_VERBOSE.value, checkpoint_dir=_CHECKPOINT_DIR.value,
+        tensorboard_dir=_TENSORBOARD_DIR.value, export_dir=_EXPORT_DIR.value,
+        evaluator=_EVALUATOR.value, precision=_PRECISION.value,
+        compress_gradients=_COMPRESS_GRADIENTS.value, accumulate_steps=_ACCUMULATE_STEPS.value,
+        keras=keras)
+  except ValueError as e:
+    print(f"tfdist train: {e}", file=sys.stderr)
     return 2
-  if _COMPRESS_GRADIENTS.value and _STRATEGY.value == "parameter_server":
-    print("tfdist train: --compress_gradients compresses the all-reduce, and parameter-server "
-          "training has none; drop the flag or use multi_worker_mirrored. Received: "
-          "--strategy=parameter_server --compress_gradients", file=sys.stderr)
+  if _EVALUATOR.value and _IN_PROCESS.value:
+    print("tfdist train: --evaluator adds an evaluator task to the local cluster, and "
+          "--in_process runs no cluster: drop one. Received: --evaluator --in_process",
+          file=sys.stderr)
     return 2
   if _needs_local_cluster():
     return _launch_self(keras)
@@ -216,15 +223,7 @@ def main(argv):
   except ValueError as e:
     print(f"tfdist train: {e}", file=sys.stderr)
     return 2
-  config = job.TrainConfig(
-      strategy=_STRATEGY.value, epochs=_EPOCHS.value, batch_size=_BATCH_SIZE.value,
-      learning_rate=_LEARNING_RATE.value, lr_scaling=_LR_SCALING.value,
-      warmup_steps=_WARMUP_STEPS.value, strategy_options=_strategy_options(),
-      verbose=_VERBOSE.value, checkpoint_dir=_CHECKPOINT_DIR.value,
-      tensorboard_dir=_TENSORBOARD_DIR.value, export_dir=_EXPORT_DIR.value,
-      evaluator=_EVALUATOR.value, precision=_PRECISION.value,
-      compress_gradients=_COMPRESS_GRADIENTS.value, accumulate_steps=_ACCUMULATE_STEPS.value,
-      keras=keras, **user)
+  config = dataclasses.replace(config, **user)
   spec = cluster_lib.ClusterSpec.from_env()
   if spec is not None and spec.task is not None and spec.task.type == cluster_lib.EVALUATOR:
     job.evaluate_sidecar(config)  # Not a member of the cluster: no strategy.

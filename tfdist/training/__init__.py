@@ -1,6 +1,7 @@
 """The training wing: a job that trains, saves, resumes and exports, under any strategy.
 
 - `job`: the default training job (`tfdist train`): `TrainConfig` -> `TrainResult`.
+- `config`: `TrainConfig`, the job's rules checked once, when it is made.
 - `loop`: a custom training loop, one runner per kind of strategy (`Loop`).
 - `fit_step`: Keras `fit`'s step with one all-reduce of the gradients.
 - `accumulation`: exact gradient accumulation (`accumulate`, `accumulated_gradients`).
@@ -23,7 +24,7 @@ mains and may change. Submodules load on first use
 
 import importlib
 
-_SUBMODULES = ("accumulation", "checkpoints", "compression", "fit_step", "job", "loop",
+_SUBMODULES = ("accumulation", "checkpoints", "compression", "config", "fit_step", "job", "loop",
                "precision", "preemption", "saved_model", "scaling", "sidecar",
                "sparsification", "timing", "verification")
 _PRIVATE_SUBMODULES = ("process", "user_code")

@@ -13,7 +13,7 @@ import functools
 import hashlib
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -24,6 +24,7 @@ from tfdist.training import checkpoints
 from tfdist import data
 from tfdist.cluster import elastic
 from tfdist.training import compression
+from tfdist.training.config import TrainConfig  # The job's config, checked when made.
 from tfdist import keras_support
 from tfdist.training import loop as loop_lib
 from tfdist.training import precision
@@ -40,37 +41,6 @@ from tfdist.data import input_report
 logger = logging.getLogger("tfdist")
 
 MODEL_FILE = "model.keras"
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-  """What to train and how. Flag values become this at the edge of `tfdist train`."""
-
-  strategy: str = "one_device"
-  epochs: int = 15
-  batch_size: int = 64  # Global: split across replicas.
-  learning_rate: float = 1e-2
-  lr_scaling: str = "none"
-  warmup_steps: int = 0
-  strategy_options: Dict[str, Any] = dataclasses.field(default_factory=dict)
-  seed: int = 42
-  verbose: int = 2
-  checkpoint_dir: Optional[str] = None  # Backup to resume from, and the final model.
-  tensorboard_dir: Optional[str] = None
-  export_dir: Optional[str] = None  # A SavedModel for serving: export_dir/<version>.
-  # Epoch checkpoints in checkpoint_dir for a sidecar evaluator task (`evaluate_sidecar`).
-  evaluator: bool = False
-  compress_gradients: bool = False  # All-reduce in float16 (tfdist.training.compression).
-  # Each global batch computed in this many micro-batches, one update (tfdist.training.accumulation).
-  accumulate_steps: int = 1
-  precision: str = "float32"  # Or mixed_bfloat16, mixed_float16 (see tfdist.training.precision).
-  # The Keras of the default model, "tf_keras" or "keras3"; a model_fn's model
-  # is trained with its own Keras, whichever it is.
-  keras: str = keras_support.TF_KERAS
-  # The user's own job; None for the default CNN on the embedded digits.
-  model_fn: Optional[Callable[[], Any]] = None
-  dataset_fn: Optional[Callable[[tf.distribute.InputContext], tf.data.Dataset]] = None
-  steps_per_epoch: Optional[int] = None  # Needed for a dataset_fn that repeats forever.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,14 +147,56 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
     ValueError: a user's infinite `dataset_fn` without `steps_per_epoch`;
       `compress_gradients` for a Keras 3 model.
   """
-  keras = keras_support.keras_module(config.keras)
-  if config.evaluator and not config.checkpoint_dir:
-    raise ValueError("A sidecar evaluator reads the checkpoints in `checkpoint_dir`: give one. "
-                     "Received: evaluator=True, checkpoint_dir=None")
   if strategy is None:
     # First: multi_worker_mirrored must configure collectives before any TF op.
     strategy = strategies.make_strategy(config.strategy, **config.strategy_options)
-  keras.utils.set_random_seed(config.seed)
+  keras_support.keras_module(config.keras).utils.set_random_seed(config.seed)
+  replicas = strategy.num_replicas_in_sync
+  dataset_fn, steps_per_epoch = _input(config)
+  model_fn = config.model_fn or functools.partial(small_cnn,
+                                                  keras_support.keras_module(config.keras))
+  model, keras, compiled_here = _build(config, strategy, model_fn, steps_per_epoch)
+  callbacks = []
+  if config.evaluator:
+    callbacks.append(sidecar.checkpoint_callback(config.checkpoint_dir, model))
+  if keras_support.model_flavour(model) == keras_support.KERAS3 and \
+      isinstance(strategy, tf.distribute.ParameterServerStrategy):
+    history, times, input_bound = _fit_with_loop(config, strategy, model, keras, dataset_fn,
+                                                 steps_per_epoch, compiled_here)
+  else:
+    history, times, input_bound = _fit(config, strategy, model, keras, dataset_fn,
+                                       steps_per_epoch, callbacks)
+  export_path = _save(config, strategy, model, model_fn)
+  timed = times[1:] or times  # The first epoch includes tracing.
+  seconds_per_epoch = float(np.median(timed))
+  return TrainResult(
+      strategy=config.strategy, keras=keras_support.model_flavour(model), replicas=replicas,
+      # Only parameter-server training applies updates asynchronously.
+      sync=not isinstance(strategy, tf.distribute.ParameterServerStrategy),
+      accuracy=_accuracy(config, model_fn, model, history),
+      losses=[float(l) for l in history["loss"]],
+      examples_per_second=steps_per_epoch * config.batch_size / seconds_per_epoch,
+      step_time_ms=1000 * seconds_per_epoch / steps_per_epoch,
+      weights_digest=weights_digest(model.get_weights()), input_bound=input_bound,
+      compute_dtype=model.compute_dtype,
+      export_path=export_path)
+
+
+def _input(config: TrainConfig):
+  """(dataset_fn, steps per epoch): the embedded digits' training split, or the user's."""
+  if config.dataset_fn is None:
+    (x_train, y_train), _ = digits.load_digits()
+    return (make_dataset_fn(x_train, y_train, config.batch_size, config.seed),
+            len(x_train) // config.batch_size)
+  if config.steps_per_epoch:
+    return config.dataset_fn, config.steps_per_epoch
+  steps_per_epoch = _finite_steps(config.dataset_fn)
+  # Keras keeps one iterator across epochs when it is given steps_per_epoch.
+  return (lambda input_context: config.dataset_fn(input_context).repeat()), steps_per_epoch
+
+
+def _build(config: TrainConfig, strategy, model_fn, steps_per_epoch: int):
+  """(model, its Keras module, whether it was compiled here), built in the strategy's scope."""
   replicas = strategy.num_replicas_in_sync
   # On fewer workers than asked (tfdist launch --min_workers): the same
   # optimisation, with a larger share of the same global batch per replica.
@@ -194,17 +206,6 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
                 "(%d per replica), and the learning rate stays scaled for %d replicas",
                 replicas, replicas_asked, config.batch_size, config.batch_size // replicas,
                 replicas_asked)
-  (x_train, y_train), (x_test, y_test) = digits.load_digits()
-  if config.dataset_fn is None:
-    dataset_fn = make_dataset_fn(x_train, y_train, config.batch_size, config.seed)
-    steps_per_epoch = len(x_train) // config.batch_size
-  elif config.steps_per_epoch:
-    dataset_fn, steps_per_epoch = config.dataset_fn, config.steps_per_epoch
-  else:
-    steps_per_epoch = _finite_steps(config.dataset_fn)
-    # Keras keeps one iterator across epochs when it is given steps_per_epoch.
-    dataset_fn = lambda input_context: config.dataset_fn(input_context).repeat()
-  model_fn = config.model_fn or functools.partial(small_cnn, keras)
   # The policy reaches the layers built (and the compile, which adds loss
   # scaling for float16) here, and nothing after train returns.
   with precision.policy(config.precision), strategy.scope():
@@ -229,41 +230,28 @@ def train(config: TrainConfig, strategy: Optional[tf.distribute.Strategy] = None
       accumulation.accumulate(model, config.accumulate_steps)
     if flavour == keras_support.TF_KERAS:
       fit_step.synchronise_once(model, strategy)
-  callbacks = []
-  if config.evaluator:
-    callbacks.append(sidecar.checkpoint_callback(config.checkpoint_dir, model))
-  if flavour == keras_support.KERAS3 and \
-      isinstance(strategy, tf.distribute.ParameterServerStrategy):
-    history, times, input_bound = _fit_with_loop(config, strategy, model, keras, dataset_fn,
-                                                 steps_per_epoch, compiled_here)
-  else:
-    history, times, input_bound = _fit(config, strategy, model, keras, dataset_fn,
-                                       steps_per_epoch, callbacks)
+  return model, keras, compiled_here
+
+
+def _save(config: TrainConfig, strategy, model, model_fn) -> Optional[str]:
+  """The final model (the chief's copy), and the SavedModel version exported, if asked for."""
   if config.checkpoint_dir:
     checkpoints.save_model(model, os.path.join(config.checkpoint_dir, MODEL_FILE), strategy)
-  export_path = None
   if config.export_dir:
-    export_path = saved_model.export(model, config.export_dir, strategy=strategy, model_fn=model_fn)
-  if config.dataset_fn is None:
-    # Evaluate on a plain copy: the same numbers for every strategy, PSS included.
-    evaluator = model_fn()
-    evaluator.set_weights(model.get_weights())
-    logits = evaluator.predict(x_test, batch_size=256, verbose=0)
-    accuracy = float(np.mean(np.argmax(logits, axis=1) == y_test))
-  else:  # No held-out split of the user's data here: the last epoch's.
-    accuracy = float(history.get("accuracy", [float("nan")])[-1])
-  timed = times[1:] or times  # The first epoch includes tracing.
-  seconds_per_epoch = float(np.median(timed))
-  return TrainResult(
-      strategy=config.strategy, keras=flavour, replicas=replicas,
-      # Only parameter-server training applies updates asynchronously.
-      sync=not isinstance(strategy, tf.distribute.ParameterServerStrategy),
-      accuracy=accuracy, losses=[float(l) for l in history["loss"]],
-      examples_per_second=steps_per_epoch * config.batch_size / seconds_per_epoch,
-      step_time_ms=1000 * seconds_per_epoch / steps_per_epoch,
-      weights_digest=weights_digest(model.get_weights()), input_bound=input_bound,
-      compute_dtype=model.compute_dtype,
-      export_path=export_path)
+    return saved_model.export(model, config.export_dir, strategy=strategy, model_fn=model_fn)
+  return None
+
+
+def _accuracy(config: TrainConfig, model_fn, model, history) -> float:
+  """On the digits' held-out test split; for a user's data, the last epoch's training accuracy."""
+  if config.dataset_fn is not None:  # No held-out split of the user's data here.
+    return float(history.get("accuracy", [float("nan")])[-1])
+  _, (x_test, y_test) = digits.load_digits()
+  # Evaluate on a plain copy: the same numbers for every strategy, PSS included.
+  evaluator = model_fn()
+  evaluator.set_weights(model.get_weights())
+  logits = evaluator.predict(x_test, batch_size=256, verbose=0)
+  return float(np.mean(np.argmax(logits, axis=1) == y_test))
 
 
 def _fit(config, strategy, model, keras, dataset_fn, steps_per_epoch, callbacks):
