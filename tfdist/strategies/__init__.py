@@ -33,9 +33,9 @@ register("one_device", local.one_device)
 register("mirrored", local.mirrored)
 register("central_storage", local.central_storage)
 register("multi_worker_mirrored", multi_worker_mirrored.multi_worker_mirrored,
-         validate_cluster=multi_worker_mirrored.validate_cluster)
+         check_cluster=multi_worker_mirrored.check_cluster)
 register("parameter_server", parameter_server.parameter_server,
-         validate_cluster=parameter_server.validate_cluster)
+         check_cluster=parameter_server.check_cluster)
 
 __all__ = ["BYTES_PER_PACK", "COMMUNICATION", "CROSS_DEVICE_OPS", "CentralStorageStrategy",
            "ClusterArg", "MultiWorkerMirroredStrategy", "ParameterServerStrategy",

@@ -30,7 +30,7 @@ COMMUNICATION = ("auto", "ring", "nccl")
 BYTES_PER_PACK = 4 * 2**20
 
 
-def validate_cluster(spec: cluster_lib.ClusterSpec) -> None:
+def check_cluster(spec: cluster_lib.ClusterSpec) -> None:
   """multi_worker_mirrored keeps variables on every worker: no ps job."""
   if cluster_lib.PS in spec.jobs:
     raise ValueError(

@@ -22,7 +22,7 @@ logger = logging.getLogger("tfdist")
 NETWORKS = ("loopback", "host")
 
 
-def validate_cluster(spec: cluster_lib.ClusterSpec) -> None:
+def check_cluster(spec: cluster_lib.ClusterSpec) -> None:
   """parameter_server needs ps and worker jobs, and a chief when this process is a task.
 
   A task of the cluster (as TF_CONFIG makes every process) needs a chief to
@@ -108,7 +108,7 @@ def parameter_server(cluster: registry.ClusterArg = None,
       raise TypeError(
           "`in_process=True` needs a tfdist.ClusterSpec (or none) to start servers "
           f"from. Received: cluster={cluster!r}")
-    validate_cluster(cluster)
+    check_cluster(cluster)
     if network not in NETWORKS:
       raise ValueError(f"`network` must be one of {list(NETWORKS)}. Received: {network!r}")
     ports = sorted(int(a.rsplit(":", 1)[1]) for jobs in cluster.jobs.values() for a in jobs)
@@ -142,7 +142,7 @@ def parameter_server(cluster: registry.ClusterArg = None,
           "in_process=True for a local one. Received: cluster=None and no TF_CONFIG")
     spec = registry.spec_of(resolver)
     if spec is not None:  # A resolver passed in has not been checked yet.
-      validate_cluster(spec)
+      check_cluster(spec)
     if resolver.task_type in (cluster_lib.WORKER, cluster_lib.PS):
       servers_lib.serve(resolver)  # Never returns: these tasks only serve.
     if spec is not None:  # The coordinator: every worker and ps must be up.

@@ -1,7 +1,7 @@
 """The strategy registry: a name, its builder, and the cluster checks it owns.
 
 `tfdist.strategies` registers each builder with `register(name, builder,
-validate_cluster=...)`, in a fixed order; `make_strategy(name, **options)` checks the options
+check_cluster=...)`, in a fixed order; `make_strategy(name, **options)` checks the options
 against the builder's signature and builds it. A cluster strategy resolves its
 cluster with `cluster_resolver`: an explicit `ClusterSpec` or TF resolver,
 else the environment (TF_CONFIG, Kubernetes, SLURM), else none; the spec is
@@ -36,16 +36,16 @@ class StrategyEntry:
 
   name: str
   builder: Callable[..., tf.distribute.Strategy]
-  validate_cluster: Optional[Validator] = None
+  check_cluster: Optional[Validator] = None
 
 
 STRATEGIES: registry.Registry[StrategyEntry] = registry.Registry("strategy")
 
 
 def register(name: str, builder: Callable[..., tf.distribute.Strategy], *,
-             validate_cluster: Optional[Validator] = None) -> StrategyEntry:
+             check_cluster: Optional[Validator] = None) -> StrategyEntry:
   """Registers `builder` as strategy `name`, with its cluster check; returns the entry."""
-  return STRATEGIES.register(name, StrategyEntry(name, builder, validate_cluster))
+  return STRATEGIES.register(name, StrategyEntry(name, builder, check_cluster))
 
 
 def available_strategies() -> List[str]:
@@ -99,7 +99,7 @@ def validate_cluster(name: str, spec: cluster_lib.ClusterSpec) -> None:
   Raises:
     ValueError: the strategy cannot use the cluster; the message says why.
   """
-  check = entry(name).validate_cluster
+  check = entry(name).check_cluster
   if check is not None:
     check(spec)
 
