@@ -34,6 +34,19 @@ INITIAL_WIRE_SCALE = 2.0 ** 12  # Sums of gradients up to 16 fit; smaller ones k
 GROWTH_STEPS = 1000  # Finite sums in a row before the scale doubles.
 
 
+def aggregates_here(skip_gradients_aggregation: bool, kwargs: dict) -> bool:
+  """Whether a wrapped `apply_gradients` must aggregate the replicas' gradients itself.
+
+  Not when the caller aggregated them already (`skip_gradients_aggregation`, or
+  tf_keras's older `experimental_aggregate_gradients=False`, popped from
+  `kwargs`), nor outside a replica context or with one replica.
+  """
+  context = tf.distribute.get_replica_context()
+  return not (skip_gradients_aggregation or context is None
+              or context.num_replicas_in_sync == 1
+              or not kwargs.pop("experimental_aggregate_gradients", True))
+
+
 def compress_gradients(optimizer: tf_keras.optimizers.Optimizer, *,
                        dtype: str = "float16") -> tf_keras.optimizers.Optimizer:
   """Makes `optimizer` all-reduce gradients in `dtype`; returns the same optimizer.
@@ -116,9 +129,7 @@ def compress_gradients(optimizer: tf_keras.optimizers.Optimizer, *,
     return out
 
   def apply_gradients(grads_and_vars, name=None, skip_gradients_aggregation=False, **kwargs):
-    context = tf.distribute.get_replica_context()
-    if (skip_gradients_aggregation or context is None or context.num_replicas_in_sync == 1
-        or not kwargs.pop("experimental_aggregate_gradients", True)):
+    if not aggregates_here(skip_gradients_aggregation, kwargs):
       # Aggregated already (a LossScaleOptimizer skips non-finite steps itself), or alone.
       return apply(grads_and_vars, name=name,
                    skip_gradients_aggregation=skip_gradients_aggregation, **kwargs)

@@ -31,6 +31,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from tfdist.training import compression
+
 METHODS = ("top_k", "int8")
 
 
@@ -87,11 +89,10 @@ def sparsify_gradients(optimizer: tf_keras.optimizers.Optimizer,
   apply = optimizer.apply_gradients
 
   def apply_gradients(grads_and_vars, name=None, skip_gradients_aggregation=False, **kwargs):
-    context = tf.distribute.get_replica_context()
-    if (skip_gradients_aggregation or context is None or context.num_replicas_in_sync == 1
-        or not kwargs.pop("experimental_aggregate_gradients", True)):
+    if not compression.aggregates_here(skip_gradients_aggregation, kwargs):
       return apply(grads_and_vars, name=name,
                    skip_gradients_aggregation=skip_gradients_aggregation, **kwargs)
+    context = tf.distribute.get_replica_context()
     exchanged = []
     for gradient, variable in grads_and_vars:
       if gradient is None:
