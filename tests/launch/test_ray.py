@@ -360,3 +360,16 @@ def test_no_address_and_no_ray_are_one_line_errors():
   assert result.returncode == 2, result.stdout
   assert result.stdout.strip().splitlines()[-1].startswith(
       "tfdist launch: --ray needs Ray: pip install 'tfdist[ray]'")
+
+
+@pytest.mark.slow
+def test_a_stalled_task_on_its_ray_node_dumps_its_stacks_and_the_job_ends(cluster, tmp_path):
+  # Each task's `tfdist task` wrapper watches it on its node; worker 1 blocks after 3 steps.
+  result = cluster.run(helpers.tfdist_cli(
+      "launch", "--ray", "--workers=2", "--stall_timeout=2", "--grace_period=2", "--",
+      *helpers.python(os.path.join(helpers.SCRIPTS, "stall_loop.py"), str(tmp_path))),
+      timeout=120)
+  assert result.returncode == 3, result.stdout[-3000:]
+  assert re.search(r"^\[worker:1\] tfdist task: stalled: no training step completed anywhere "
+                   r"for \d+s .*; worker:1 is not waiting inside TensorFlow .*: it is in "
+                   r"wait_forever \(", result.stdout, re.M), result.stdout[-3000:]

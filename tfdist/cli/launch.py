@@ -28,6 +28,7 @@ from tfdist.launch import ray as ray_launch
 from tfdist.launch import slurm
 from tfdist.launch import task_keras
 from tfdist.launch import trains_alone
+from tfdist.launch import watchdog
 
 _WORKERS = flags.DEFINE_integer("workers", 2, "Number of worker tasks.", lower_bound=1)
 _PS = flags.DEFINE_integer("ps", 0, "Number of parameter-server tasks.", lower_bound=0)
@@ -172,7 +173,13 @@ def main(argv):
 
 
 def _profile_environment():
-  """--profile: the tasks' variables (every launcher passes tfdist's on); its directory or None."""
+  """--profile: the tasks' variables (every launcher passes tfdist's on); its directory or None.
+
+  --stall_timeout goes to the tasks too: on Ray and in pods each task's wrapper
+  watches it (`tfdist task`).
+  """
+  if _STALL_TIMEOUT.value is not None:
+    os.environ[watchdog.STALL_TIMEOUT_ENV] = f"{_STALL_TIMEOUT.value:g}"
   if not _PROFILE.value:
     return None
   progress.parse_steps(_PROFILE.value)  # A ValueError names the form.

@@ -27,6 +27,7 @@ Ray's own `TensorflowTrainer` (Ray Train) gives each worker a worker-only
 here the cluster is whatever `tfdist launch` builds, with either Keras.
 """
 
+import errno
 import json
 import logging
 import os
@@ -51,6 +52,7 @@ from tfdist.launch import ray_placement
 from tfdist.launch import result_channel
 from tfdist.launch import supervision
 from tfdist.launch import task_keras
+from tfdist.launch import watchdog
 # Public here, where users of the launcher look; defined beside the placement.
 from tfdist.launch.ray_placement import RayUnavailable, parse_resources
 
@@ -202,6 +204,7 @@ class TaskProcess:
                                                               result_channel.NAME)
     if cwd is not None and not os.path.isdir(cwd):
       cwd = None  # Not on this node: the worker's own folder (give absolute paths).
+    command = _watched(command, full_env)
     self._process = subprocess.Popen(
         list(command), env=full_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL, start_new_session=True,
@@ -246,6 +249,20 @@ class TaskProcess:
     """Sends `signum` to the task's process group (it and its children)."""
     if self._process is not None:
       supervision.signal_group(self._process, signum)
+
+
+def _watched(command: Sequence[str], env: Mapping[str, str]) -> List[str]:
+  """A training task's command under `tfdist task`, which watches it for stalls on its node.
+
+  The launcher cannot read a task's progress on another node; the wrapper beside
+  it can (`tfdist.launch.watchdog.watch_task`). A missing program is refused
+  here, as it was before the wrapper, naming it.
+  """
+  if not env.get("TF_CONFIG") or env.get(watchdog.STALL_TIMEOUT_ENV) == "0":
+    return list(command)  # A tf.data service server, or the watchdog turned off.
+  if shutil.which(command[0], path=env.get("PATH")) is None:
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command[0])
+  return [sys.executable, "-m", "tfdist", "task", "--", *command]
 
 
 def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],

@@ -284,9 +284,11 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
   """
   directory = make_directory()
   try:
+    # Its own process group: a signal to this wrapper's group (a launcher stopping it)
+    # reaches the command once, passed on here, not twice.
     child = subprocess.Popen(list(command), env={**env, progress.PROGRESS_DIR_ENV: directory},
-                             preexec_fn=preexec_fn)
-    forward = lambda signum, frame: child.send_signal(signum)
+                             preexec_fn=preexec_fn, start_new_session=True)
+    forward = lambda signum, frame: _signal_group(child, signum)
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
       dog = StallWatchdog(directory, timeout)
@@ -303,15 +305,23 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
         output.write(f"tfdist task: stalled: {describe(stall)}; {where(task, text)}; "
                      "stopping it\n")
         output.flush()
-        child.terminate()
+        _signal_group(child, signal.SIGTERM)
         try:
           child.wait(timeout=grace_period)
         except subprocess.TimeoutExpired:
-          child.kill()
-          child.wait()
+          pass
+        _signal_group(child, signal.SIGKILL)
+        child.wait()
         return STALL_EXIT_CODE
     finally:
       for sig, handler in previous.items():
         signal.signal(sig, handler)
   finally:
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def _signal_group(child: subprocess.Popen, signum: int) -> None:
+  try:
+    os.killpg(child.pid, signum)
+  except (ProcessLookupError, PermissionError):
+    pass
