@@ -205,6 +205,11 @@ def _print_profile_summary(profile_dir: str) -> None:
 
 def _launcher() -> launch_lib.Launcher:
   """The launcher the flags choose, with its own options."""
+  chosen = [name for name, given in (("--slurm", _SLURM.value), ("--ray", _RAY.present),
+                                     ("--kubernetes", bool(_KUBERNETES.value))) if given]
+  if len(chosen) > 1:  # Each is a different engine: one would be silently ignored.
+    raise ValueError(f"{' and '.join(chosen)} each choose where the job runs: give one of them. "
+                     f"Received: {' '.join(chosen)}")
   if _SLURM.value:
     return launch_lib.make_launcher(
         "slurm", timeout=_TIMEOUT.value, workdir=_WORKDIR.value,
