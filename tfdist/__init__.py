@@ -50,6 +50,8 @@ _EXPORTS = {
     "training": ("tfdist.training", None),
     "output": ("tfdist.output", None),
     "placement": ("tfdist.placement", None),
+    # A step's report to the launcher's stall watchdog (tfdist.training.step_done).
+    "progress": ("tfdist.progress", None),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

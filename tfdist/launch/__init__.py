@@ -29,6 +29,7 @@ from tfdist.launch import pod_security
 from tfdist.launch import private_network
 from tfdist.launch import ray
 from tfdist.launch import slurm
+from tfdist.launch import watchdog
 from tfdist.launch.launcher import Job, Launcher, available_launchers, make_launcher
 from tfdist.launch.local import (GRACE_PERIOD_SECONDS, NETWORKS, STALL_EXIT_CODE, TIMEOUT_EXIT_CODE,
                                  LaunchError, LocalLauncher, launch_local, must_finish,
@@ -45,4 +46,4 @@ launcher.register(ray.RayLauncher)
 
 __all__ = ["GRACE_PERIOD_SECONDS", "Job", "LaunchError", "Launcher", "LocalLauncher", "NETWORKS", "STALL_EXIT_CODE", "TASK_SITE_DIR", "TIMEOUT_EXIT_CODE",
            "available_launchers", "launch_local", "make_launcher", "must_finish",
-           "notebook_launch", "private_network", "ray_launch", "task_environment"]
+           "notebook_launch", "private_network", "ray_launch", "task_environment", "watchdog"]

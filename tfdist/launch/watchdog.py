@@ -256,10 +256,10 @@ def culprit(stall: Stall, stacks: Mapping[str, str]) -> str:
 
 
 def describe(stall: Stall) -> str:
+  """One line saying how long no step completed, the limit, and each task's steps."""
   steps = ", ".join(f"{task} {r.steps}" for task, r in sorted(stall.reports.items()))
   return (f"no training step completed anywhere for {stall.seconds:.0f}s (the limit: "
           f"{stall.limit:g}s; steps done: {steps})")
-
 
 
 def where(task: str, stacks: str) -> str:
