@@ -29,6 +29,8 @@ import logging
 import os
 from typing import Mapping, Optional, Tuple
 
+from tfdist.cluster import slurm
+
 logger = logging.getLogger("tfdist")
 
 TRAINS_ALONE_ENV = "TFDIST_TRAINS_ALONE"
@@ -59,8 +61,17 @@ def cluster_task(environ: Optional[Mapping[str, str]] = None) -> Optional[Tuple[
   """("type:index", chiefs + workers) for a chief or worker task of a collective cluster, else None.
 
   None unless TF_CONFIG names 2 or more chiefs and workers, no ps, and this task is one of them.
+  Without TF_CONFIG, a SLURM step of 2 or more tasks and no ps is such a cluster (every task a
+  worker: `tfdist.cluster.slurm`), read from SLURM's own variables, which needs no TensorFlow.
   """
   environ = os.environ if environ is None else environ
+  if not environ.get("TF_CONFIG") and environ.get("SLURM_STEP_NUM_TASKS"):
+    try:
+      tasks, rank = int(environ["SLURM_STEP_NUM_TASKS"]), int(environ.get("SLURM_PROCID", ""))
+      ps = int(environ.get(slurm.NUM_PS_ENV, "0") or 0)
+    except ValueError:
+      return None
+    return (f"worker:{rank}", tasks) if tasks >= 2 and not ps else None
   try:
     config = json.loads(environ.get("TF_CONFIG") or "{}")
   except ValueError:
