@@ -45,6 +45,9 @@ STACKS_SIGNAL = signal.SIGUSR1
 # Phases a progress line names: training steps run; or a boundary (fit starts,
 # an epoch begins, evaluation), after which the first step may compile.
 STEP, BOUNDARY = "step", "boundary"
+# The task started and can dump its stacks; it has not begun training (it may
+# never: a program that only prepares data). The watchdog is not armed by it.
+STARTED = "started"
 # Training is over (fit returned, or the process is exiting): nothing more to wait for.
 END = "end"
 _LINE_WIDTH = 96  # Fixed, so that one pwrite replaces the previous line whole.
@@ -143,8 +146,14 @@ def boundary() -> None:
 
 
 def training_end() -> None:
-  """Tells the watchdog that this task's training is over: a slow exit is no stall."""
+  """Tells the watchdog that this task's training is over: a slow exit is no stall.
+
+  A profile still recording (training ended inside its steps) is written now.
+  """
   _reporter.report(0, END)
+  if _reporter.profiling:
+    sys.modules["tensorflow"].profiler.experimental.stop()
+    _reporter.profiling, _reporter.profile = False, None
 
 
 def steps_done() -> int:
@@ -160,7 +169,7 @@ def install(directory: str, task_type: str, task_index: int) -> None:
   _reporter.fd = os.open(stem + PROGRESS_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
   _stacks_file = open(stem + STACKS_SUFFIX, "w", encoding="utf-8")
   faulthandler.register(STACKS_SIGNAL, file=_stacks_file, all_threads=True, chain=False)
-  _reporter.report(0, BOUNDARY)  # Pid first: the launcher can ask for stacks from now on.
+  _reporter.report(0, STARTED)  # Pid first: the launcher can ask for stacks from now on.
   # A process on its way out (TensorFlow's teardown can take seconds) is not stalled.
   atexit.register(training_end)
 
@@ -190,6 +199,11 @@ def install_from_env(environ=None) -> bool:
       install(directory, task["type"], int(task["index"]))
     except OSError:
       directory = None
+  if environ is os.environ:
+    # This process reports for the task: a Python process it starts (a helper
+    # script, a multiprocessing worker) must not take the task's files over.
+    for name in (PROGRESS_DIR_ENV, PROFILE_ENV, PROFILE_DIR_ENV):
+      os.environ.pop(name, None)
   return bool(directory) or _reporter.profile is not None
 
 

@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import re
+import subprocess
 import stat
 import sys
 
@@ -24,6 +25,25 @@ def test_render_fills_every_field():
   assert "srun --kill-on-bad-exit=1 --label --ntasks=4 $tfdist_net python train.py --epochs=3" \
       in script  # $tfdist_net: the private network on one node, else nothing.
   assert not re.search(r"\$\{\w+\}", script)  # No field left (the shell's own have :-).
+
+
+def test_a_node_that_refuses_the_private_network_runs_on_its_own_network(tmp_path):
+  # The script's part that makes the namespace, with `unshare` refused at once (user
+  # namespaces disabled), under the template's `set -euo pipefail`: a warning, not an
+  # "unbound variable" that would end the job.
+  script = sbatch.render(["true"], ntasks=2, output="/tmp/out-%j", job_name="demo",
+                         time_minutes=5)
+  start = script.index("tfdist_net=")
+  part = script[start:script.index("\nfi\n", script.index("tfdist: WARNING", start)) + 4]
+  (tmp_path / "part.sh").write_text("set -euo pipefail\nSLURM_JOB_NUM_NODES=1\n" +
+                                   part.replace("exec unshare ", "exec false ")
+                                   # The holder gone before it is read from: bash unset it.
+                                   .replace("2>/dev/null; }", "2>/dev/null; }; sleep 1") +
+                                   'echo "net=[$tfdist_net]"\n')
+  done = subprocess.run(["bash", str(tmp_path / "part.sh")], capture_output=True, text=True,
+                        timeout=60)
+  assert done.returncode == 0, done.stderr
+  assert "WARNING: no private network namespace" in done.stdout and "net=[]" in done.stdout
 
 
 def test_render_rejects_an_unknown_template_field(tmp_path):

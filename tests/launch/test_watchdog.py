@@ -60,11 +60,14 @@ def test_no_stall_before_any_report_nor_while_one_moves(tmp_path):
   now[0] = 100
   assert dog.check() is None  # Nothing reports: a program that never trains is not watched.
   path = tmp_path / ("worker-0" + progress.PROGRESS_SUFFIX)
-  path.write_text("1 0 1 boundary 0")
+  path.write_text("1 0 1 started 0")  # Its pid only: it may prepare data for an hour.
+  now[0] += 3600
+  assert dog.check() is None
+  path.write_text("1 0 2 boundary 0")
   assert dog.check() is None
   now[0] += watchdog.BOUNDARY_SECONDS - 1  # A first step may compile for a minute.
   assert dog.check() is None
-  path.write_text("1 1 2 step 0")
+  path.write_text("1 1 3 step 0")
   assert dog.check() is None
   now[0] += 4
   assert dog.check() is None

@@ -19,7 +19,6 @@ import signal
 import sys
 
 from tfdist import cluster as cluster_lib
-from tfdist import launch as launch_lib
 from tfdist.cluster import grace
 from tfdist.launch import supervision
 from tfdist.launch import task_keras
@@ -50,15 +49,14 @@ def main(argv) -> int:
   env = dict(os.environ, TF_CONFIG=spec.tf_config(spec.task.type, spec.task.index),
              PYTHONPATH=task_keras.python_path(os.environ))
   print(f"tfdist task: {spec.task} of {spec} (from {environment.name})", flush=True)
-  training = sum(1 for task in spec.tasks() if launch_lib.must_finish(spec, task)
-                 and task.type != cluster_lib.EVALUATOR)
+  training = sum(1 for task in spec.tasks() if supervision.trains(spec, task))
   try:
     stall_timeout = watchdog.resolve_timeout(None, training, env)
     grace_period, _ = grace.grace_period(env)
   except ValueError as e:
     print(f"tfdist task: {e}", file=sys.stderr)
     return 2
-  if stall_timeout and spec.task.type != cluster_lib.EVALUATOR:
+  if stall_timeout and supervision.trains(spec, spec.task):
     return _watched(command, env, str(spec.task), stall_timeout, grace_period)
   try:
     os.execvpe(command[0], command, env)
@@ -80,6 +78,7 @@ def _watched(command, env, task, stall_timeout, grace_period) -> int:
     return 127
   if code < 0:  # Die of the same signal, as the command did.
     sys.stdout.flush()
-    signal.signal(-code, signal.SIG_DFL)
+    if -code not in (signal.SIGKILL, signal.SIGSTOP):  # Those keep their default action.
+      signal.signal(-code, signal.SIG_DFL)
     os.kill(os.getpid(), -code)
   return code

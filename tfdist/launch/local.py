@@ -134,15 +134,14 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
         f"Could not start task {next(spec.tasks())}: {command[0]!r} is not an executable "
         f"file nor on PATH. Check that the command exists and is executable. "
         f"Received: command={list(command)!r}")
+  training = sum(1 for task in spec.tasks() if supervision.trains(spec, task))
+  stall_timeout = watchdog.resolve_timeout(stall_timeout, training, env)
   # Where the tasks record building a strategy over the cluster (tfdist.launch.trains_alone).
   joined_dir = tempfile.mkdtemp(prefix="tfdist-joined-")
   env[trains_alone.JOINED_DIR_ENV] = joined_dir
-  training = sum(1 for task in spec.tasks() if must_finish(spec, task)
-                 and task.type != cluster_lib.EVALUATOR)
-  stall_timeout = watchdog.resolve_timeout(stall_timeout, training, env)
-  cluster = supervision.Cluster(command, spec, env, output or sys.stdout, grace_period,
-                                data_service, stall_timeout=stall_timeout)
   try:
+    cluster = supervision.Cluster(command, spec, env, output or sys.stdout, grace_period,
+                                  data_service, stall_timeout=stall_timeout)
     with private_network.enter(network, spec, cluster.report) as prefix:
       cluster.prefix = prefix
       code = cluster.run(timeout, max_restarts)

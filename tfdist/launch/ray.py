@@ -260,6 +260,9 @@ def _watched(command: Sequence[str], env: Mapping[str, str]) -> List[str]:
   """
   if not env.get("TF_CONFIG") or env.get(watchdog.STALL_TIMEOUT_ENV) == "0":
     return list(command)  # A tf.data service server, or the watchdog turned off.
+  spec = cluster_lib.ClusterSpec.from_tf_config(env["TF_CONFIG"])
+  if not supervision.trains(spec, spec.task):
+    return list(command)  # A ps task, a parameter-server worker, an evaluator: never step.
   if shutil.which(command[0], path=env.get("PATH")) is None:
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command[0])
   return [sys.executable, "-m", "tfdist", "task", "--", *command]

@@ -82,7 +82,10 @@ if [ "$${SLURM_JOB_NUM_NODES:-1}" = 1 ] && [ "$${TFDIST_NETWORK:-auto}" != host 
   coproc tfdist_holder { exec unshare --user --map-root-user --net -- ${python} -c \\
     'from tfdist.launch import private_network as p; p.loopback_up(); print("ready", flush=True); input()' \\
     2>/dev/null; }
-  if read -r -t 30 tfdist_ready <&"$${tfdist_holder[0]}" && [ "$$tfdist_ready" = ready ]; then
+  # Bash unsets the array once the holder has exited (unshare refused): under set -u, a default.
+  tfdist_holder_out="$${tfdist_holder[0]:-}"
+  if [ -n "$$tfdist_holder_out" ] && read -r -t 30 tfdist_ready <&"$$tfdist_holder_out" \
+      && [ "$$tfdist_ready" = ready ]; then
     tfdist_net="nsenter --target=$$tfdist_holder_PID --user --net --preserve-credentials --"
     tfdist_host=localhost
     export ${loopback_env}=1

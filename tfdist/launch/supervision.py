@@ -82,6 +82,15 @@ def must_finish(spec: cluster_lib.ClusterSpec, task: cluster_lib.TaskSpec) -> bo
   return task.type == cluster_lib.WORKER and cluster_lib.PS not in spec.jobs
 
 
+def trains(spec: cluster_lib.ClusterSpec, task: cluster_lib.TaskSpec) -> bool:
+  """Whether `task` trains, so that the stall watchdog waits for its steps.
+
+  Every task the job waits for but an evaluator: not a ps task, nor a
+  parameter-server worker, which serve and never step.
+  """
+  return must_finish(spec, task) and task.type != cluster_lib.EVALUATOR
+
+
 def _survivable(spec: cluster_lib.ClusterSpec, task: cluster_lib.TaskSpec) -> bool:
   """A PSS worker may die: the coordinator reschedules its steps on the others."""
   return task.type == cluster_lib.WORKER and cluster_lib.PS in spec.jobs

@@ -146,10 +146,11 @@ class StallWatchdog:
     now = self.clock()
     reports = self.reports()
     for task, report in reports.items():
-      if self.seen.get(task, (None,))[0] != report.events:
+      # A task that only started (pid known, no training yet) does not arm the watchdog.
+      if report.phase != progress.STARTED and self.seen.get(task, (None,))[0] != report.events:
         self.seen[task] = (report.events, now)
     if not self.seen:
-      return None  # Not armed: nothing reports progress.
+      return None  # Not armed: nothing reports training progress.
     if all(r.phase == progress.END for r in reports.values()):
       return None  # Training is over everywhere: the tasks are on their way out.
     limit = self.limit(reports)
@@ -159,7 +160,9 @@ class StallWatchdog:
   def limit(self, reports: Mapping[str, Report]) -> float:
     """Seconds without progress that make a stall, for these reports."""
     limit = max([self.timeout] + [STEP_FACTOR * r.mean_step for r in reports.values()])
-    if any(r.phase == progress.BOUNDARY for r in reports.values()):
+    # A task that has not trained yet, or just began fit, an epoch or an evaluation,
+    # may be compiling: its first step may be slow.
+    if any(r.phase in (progress.BOUNDARY, progress.STARTED) for r in reports.values()):
       limit = max(limit * BOUNDARY_FACTOR, BOUNDARY_SECONDS)
     return limit
 
@@ -167,6 +170,8 @@ class StallWatchdog:
     """Every reporting task's Python stacks (all threads), by task name."""
     paths = {}
     for task, report in reports.items():
+      if report.phase == progress.END:
+        continue  # Gone or leaving: its pid may be another process's by now.
       path = os.path.join(self.directory, progress.file_name(*_split(task)) +
                           progress.STACKS_SUFFIX)
       paths[task] = path
