@@ -12,7 +12,9 @@ the launcher's user can read (mode 0700). The task site calls
   blocked inside TensorFlow's C++ code).
 
 Keras `fit` reports its steps by itself (both Kerases: the task site adds a
-callback to every `fit`); `tfdist.training.loop` does too. A custom loop calls
+callback to every `fit`); `tfdist.training.loop` does too under synchronous
+strategies (under parameter servers only the chief steps, and the launcher's
+watchdog is off for one training task unless asked). A custom loop calls
 `tfdist.training.step_done()` once per step:
 
     >>> import tfdist

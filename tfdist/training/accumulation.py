@@ -2,8 +2,8 @@
 
 A batch K times larger than memory allows is still one update: each replica
 splits its share of the global batch into `steps` micro-batches, runs them one
-after the other (a `tf.while_loop` with one iteration at a time, so only one
-micro-batch's activations live at once), sums their gradients, and applies the
+after the other (each starts when the one before has its gradients, so only
+one micro-batch's activations live at once), sums their gradients, and applies the
 sum once. Each micro-batch's loss is weighted by its share of the examples of
 the whole global batch (every micro-batch of every replica and worker), so
 the update is the gradient of one batch K times larger to float rounding,
