@@ -162,13 +162,13 @@ def _quiet_retracing():
     tf_logger.removeFilter(quiet)
 
 
-_checkers: Dict[int, _Checker] = {}
-
-
 @contextlib.contextmanager
 def checked_variables(strategy):
   """Under it, each new variable is compared across workers before its broadcast (module doc)."""
-  checker = _checkers.setdefault(id(strategy), _Checker(strategy))
+  # Kept on the strategy: one checker per strategy, gone with it (an id could be reused).
+  checker = getattr(strategy, "_tfdist_checker", None)
+  if checker is None:
+    checker = strategy._tfdist_checker = _Checker(strategy)
   with tf.variable_creator_scope(checker.creator):
     yield checker
 
