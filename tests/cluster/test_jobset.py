@@ -5,7 +5,9 @@ import json
 import pytest
 
 from tfdist.cluster import ClusterSpec, TaskSpec, environment, jobset, vertex
+from tfdist.launch import Job
 from tfdist.launch import jobset as jobset_manifests
+from tfdist.launch import kubernetes
 
 SHAPE = "chief=1,worker=2,ps=1"
 
@@ -63,8 +65,8 @@ def test_inconsistent_pods_are_one_line_errors(environ, match):
 
 def test_every_pod_of_the_manifests_finds_its_own_task_and_the_same_cluster():
   for build in (jobset_manifests.jobset, jobset_manifests.trainjob):
-    docs = build("digits", image="img:1", command=["python", "t.py"], workers=2, ps=1,
-                 chief=True, evaluator=True)
+    docs = build(Job(workers=2, ps=1, chief=True, evaluator=True), ["python", "t.py"],
+                 kubernetes.ManifestOptions(name="digits", image="img:1"))
     pods = jobset_manifests.pods(docs)
     specs = [ClusterSpec.from_env(pod["env"]) for pod in pods]
     assert [str(s.task) for s in specs] == ["chief:0", "worker:0", "worker:1", "ps:0",

@@ -285,8 +285,9 @@ def test_a_sigkilled_launcher_leaves_no_actor_and_no_process(cluster, tmp_path):
       if ready == 2:
         break
     assert ready == 2, "the tasks did not start"
-    # The launcher; each task's local process, and its command on its node.
-    assert len(_pids_with(marker)) == 5, _pids_with(marker)
+    # The launcher; each task's local process, and on its node `tfdist task` (which
+    # watches it for stalls) and its command.
+    assert len(_pids_with(marker)) == 7, _pids_with(marker)
     assert "ALIVE 2" in cluster.run(helpers.python("-c", _ALIVE_ACTORS), timeout=120).stdout
     launcher = helpers.command_pid(process.pid, "launch")
     os.kill(launcher, signal.SIGKILL)

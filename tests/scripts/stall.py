@@ -4,7 +4,9 @@ Usage: python stall.py MODE MARKER_DIR
   block: worker 1 blocks forever in its input pipeline at its 9th batch, unless
          MARKER_DIR/blocked exists (a restarted job goes through);
   slow:  worker 1's input sleeps 0.1 s a batch, and 4 s before its first batch
-         (a first step slower than a short --stall_timeout).
+         (a first step slower than a short --stall_timeout);
+  heavy: worker 1's input computes for about 0.1 s a batch, in TensorFlow's own ops
+         (no Python in the pipeline: TF's profiler runs beside it).
 """
 
 import json
@@ -38,6 +40,13 @@ def read(x):
 
 
 def load(x, y):
+  if mode == "heavy":
+    if index == 1:  # Matrix products of the batch, so that none is folded away ahead of time.
+      big = tf.fill([400, 400], 1e-3) + 1e-9 * tf.reduce_mean(x)
+      for _ in range(6):
+        big = tf.matmul(big, big) * 1e-3
+      x = x + 0 * tf.reduce_sum(big)
+    return x, y
   return tf.py_function(read, [x], tf.float32), y
 
 

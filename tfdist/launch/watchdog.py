@@ -289,11 +289,12 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
   """
   directory = make_directory()
   try:
-    # Its own process group: a signal to this wrapper's group (a launcher stopping it)
-    # reaches the command once, passed on here, not twice.
+    # In this wrapper's process group: a launcher that kills the group (Ray's actor,
+    # even by SIGKILL) takes the command and whatever it started with it. A signal
+    # to the wrapper alone (a pod's PID 1) is passed on to the command.
     child = subprocess.Popen(list(command), env={**env, progress.PROGRESS_DIR_ENV: directory},
-                             preexec_fn=preexec_fn, start_new_session=True)
-    forward = lambda signum, frame: _signal_group(child, signum)
+                             preexec_fn=preexec_fn)
+    forward = lambda signum, frame: _signal(child, signum)
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
       dog = StallWatchdog(directory, timeout)
@@ -310,12 +311,12 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
         output.write(f"tfdist task: stalled: {describe(stall)}; {where(task, text)}; "
                      "stopping it\n")
         output.flush()
-        _signal_group(child, signal.SIGTERM)
+        _signal(child, signal.SIGTERM)
         try:
           child.wait(timeout=grace_period)
         except subprocess.TimeoutExpired:
           pass
-        _signal_group(child, signal.SIGKILL)
+        _signal(child, signal.SIGKILL)
         child.wait()
         return STALL_EXIT_CODE
     finally:
@@ -325,8 +326,8 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def _signal_group(child: subprocess.Popen, signum: int) -> None:
+def _signal(child: subprocess.Popen, signum: int) -> None:
   try:
-    os.killpg(child.pid, signum)
+    os.kill(child.pid, signum)
   except (ProcessLookupError, PermissionError):
     pass
