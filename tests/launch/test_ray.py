@@ -71,7 +71,9 @@ def test_ray_launch_returns_worker_0s_real_result_and_env_keeps_the_token(cluste
   assert "RETURNED {'task': {'type': 'worker', 'index': 0}, 'replicas': 2}" in result.stdout
   assert not marker.exists()
   assert "[worker:0] TFDIST_RESULT " in result.stdout  # Passed on as text.
-  assert len(set(re.findall(RUNS_ON, result.stdout, re.M))) == 2
+  # The function launch's two tasks (the launch with its own env after it runs one more).
+  launched = result.stdout.partition("RETURNED")[0]
+  assert len(set(re.findall(RUNS_ON, launched, re.M))) == 2
   assert re.search(r"^\[tfdist launch\] TensorFlow's servers of this job listen on ports? "
                    r"[\d, -]+ of every interface of its nodes, without authentication: .*Fix: "
                    r"keep the Ray nodes on a network only they reach", result.stdout, re.M)
