@@ -9,8 +9,8 @@ own error names neither variable nor task (tensorflow/tensorflow#47203).
 Gated on the TensorFlow versions tested (`tensorflow.TESTED`).
 """
 
+import contextlib
 import functools
-import sys
 from typing import Callable
 
 from tfdist.internals import tensorflow as tf_internals
@@ -35,7 +35,7 @@ def enable_checked_scope(make: Callable[[object], object]) -> bool:
   def scope(self):
     if not tf_internals.is_multi_worker_mirrored(self):
       return original(self)
-    return _Both(original(self), make(self))
+    return _both(original(self), make(self))
 
   _originals[cls] = original
   cls.scope = scope
@@ -54,23 +54,8 @@ def is_restore_on_create(initial_value) -> bool:
   return type(initial_value).__name__ == "CheckpointInitialValueCallable"
 
 
-class _Both:
+@contextlib.contextmanager
+def _both(first, second):
   """Enters the strategy's own scope, then `make`'s; `as` gives what the first gives."""
-
-  def __init__(self, first, second):
-    self.first, self.second = first, second
-
-  def __enter__(self):
-    entered = self.first.__enter__()
-    try:
-      self.second.__enter__()
-    except BaseException:
-      self.first.__exit__(*sys.exc_info())
-      raise
-    return entered
-
-  def __exit__(self, *exc):
-    try:
-      self.second.__exit__(*exc)
-    finally:
-      return self.first.__exit__(*exc)  # pylint: disable=lost-exception
+  with first as entered, second:
+    yield entered
