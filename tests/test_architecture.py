@@ -65,7 +65,7 @@ def test_no_import_cycle():
   edges = {m: {t for t in targets if not _is_package_init(m, t)
                and not _is_package_init(t, m)}
            for m, targets in graph.items()}
-  # A package's __init__ is the package: an import of tfdist.cluster.spec runs
+  # A package's __init__ is the package: an import of tfdist.cluster._spec runs
   # tfdist.cluster first, so edges into a package's own modules are not cycles.
   state, path, cycles = {}, [], []
 
@@ -96,11 +96,15 @@ def test_no_module_uses_a_private_name_of_another():
                if alias and target != module}
     for node in ast.walk(tree):
       if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tfdist"):
+        # A private module (tfdist/launch/_local.py) is tfdist's own to import;
+        # a private name inside another module is not.
         offences += [f"{module}: from {node.module} import {a.name}" for a in node.names
-                     if a.name.startswith("_") and not a.name.startswith("__")]
+                     if a.name.startswith("_") and not a.name.startswith("__")
+                     and f"{node.module}.{a.name}" not in modules]
       if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
           and node.value.id in aliases and node.attr.startswith("_")
-          and not node.attr.startswith("__")):
+          and not node.attr.startswith("__")
+          and f"{aliases[node.value.id]}.{node.attr}" not in modules):
         offences.append(f"{module}: {node.value.id}.{node.attr} ({aliases[node.value.id]})")
   assert not offences, offences
 
@@ -108,9 +112,9 @@ def test_no_module_uses_a_private_name_of_another():
 def test_the_checks_see_what_they_look_for():
   # The graph is not empty and knows the layering it checks.
   modules, graph = _graph()
-  assert "tfdist.cluster.spec" in graph["tfdist.cluster.slurm"]
-  assert "tfdist.cluster.slurm" not in graph["tfdist.cluster.spec"]
-  assert "tfdist.cluster.spec" in graph["tfdist.cluster.preflight"]
+  assert "tfdist.cluster._spec" in graph["tfdist.cluster._slurm"]
+  assert "tfdist.cluster._slurm" not in graph["tfdist.cluster._spec"]
+  assert "tfdist.cluster._spec" in graph["tfdist.cluster.preflight"]
 
 
 # --- output policy and TensorFlow/Keras internals -----------------------------
@@ -260,10 +264,10 @@ def test_each_internals_patch_is_gated_undoable_and_points_to_its_issue():
 LAYERS = (
     ("cli",),
     ("bench",),
-    ("doctor", "training"),
+    ("_doctor", "training"),
     ("launch", "strategies", "data"),
-    ("keras_support", "devices", "placement", "cluster", "folders", "progress"),
-    ("internals", "output", "registry"),
+    ("_keras_support", "devices", "placement", "cluster", "_folders", "progress"),
+    ("internals", "output", "_registry"),
 )
 
 
@@ -316,10 +320,31 @@ def test_every_override_of_a_private_tf_or_keras_method_is_in_the_inventory():
 
 def test_no_library_code_starts_a_module_of_the_cli():
   # A process that a library package starts runs that package's own main
-  # (`python -m tfdist.launch.ray_task`); cli/ holds the commands users type.
+  # (`python -m tfdist.launch._ray_task`); cli/ holds the commands users type.
   offences = [f"{path}:{node.lineno}: {node.value}" for module, path, source in _sources()
               if not module.startswith("tfdist.cli")
               for node in ast.walk(ast.parse(source))
               if isinstance(node, ast.Constant) and isinstance(node.value, str)
               and node.value.startswith("tfdist.cli.")]
   assert not offences, offences
+
+
+def test_a_module_is_public_or_visibly_private():
+  """Every module is on its package's public surface or starts with an underscore."""
+  import importlib
+  import pkgutil
+  import tfdist
+  # The command's mains and the private TF/Keras code are private by their package's name.
+  private_packages = ("tfdist.cli", "tfdist.internals", "tfdist.launch.task_site")
+  public_modules = {module for module, attribute in tfdist._EXPORTS.values() if attribute is None}
+  unmarked = []
+  for info in pkgutil.walk_packages(tfdist.__path__, "tfdist."):
+    package, leaf = info.name.rsplit(".", 1)
+    if (leaf.startswith("_") or info.name.startswith(private_packages)
+        or info.name in private_packages or info.name in public_modules):
+      continue
+    if package != "tfdist" and leaf in getattr(importlib.import_module(package), "__all__", ()):
+      continue
+    unmarked.append(info.name)
+  assert not unmarked, (f"modules neither in their package's __all__ nor named with a leading "
+                        f"underscore (docs/architecture.md, Public and private): {unmarked}")

@@ -124,7 +124,7 @@ def test_every_public_name_in_the_reference_has_a_docstring():
   for dotted in modules:
     try:
       module = importlib.import_module(dotted)
-    except ImportError:  # A function documented by its path (tfdist.keras_support.use_...).
+    except ImportError:  # A function documented by its path (tfdist._keras_support.use_...).
       module_name, _, attribute = dotted.rpartition(".")
       value = getattr(importlib.import_module(module_name), attribute)
       missing += [] if inspect.getdoc(value) else [dotted]

@@ -1,9 +1,9 @@
-"""tfdist.doctor and `tfdist doctor`: a report, and exit 1 on any problem."""
+"""tfdist._doctor and `tfdist doctor`: a report, and exit 1 on any problem."""
 
 import re
 import socket
 
-from tfdist import doctor
+from tfdist import _doctor as doctor
 from tfdist.cluster import ClusterSpec
 
 

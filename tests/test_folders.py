@@ -1,4 +1,4 @@
-"""tfdist.folders: the folders a job makes are its user's only."""
+"""tfdist._folders: the folders a job makes are its user's only."""
 
 import os
 import stat
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tfdist import folders
+from tfdist import _folders as folders
 
 
 def _mode(path) -> int:

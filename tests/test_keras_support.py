@@ -1,4 +1,4 @@
-"""tfdist.keras_support: the Keras x strategy matrix, asserted both ways."""
+"""tfdist._keras_support: the Keras x strategy matrix, asserted both ways."""
 
 import os
 
@@ -7,7 +7,7 @@ import pytest
 
 import helpers
 import tfdist
-from tfdist import keras_support
+from tfdist import _keras_support as keras_support
 
 KERAS_FIT = f"{helpers.SCRIPTS}/keras_fit.py"
 

@@ -18,8 +18,8 @@ def test_old_module_paths_are_gone_and_the_real_modules_reload():
               "tfdist.serving", "tfdist.keras3_workarounds"):
     with pytest.raises(ModuleNotFoundError):
       importlib.import_module(old)
-  module = importlib.import_module("tfdist.launch.slurm")
-  assert module.__spec__.name == "tfdist.launch.slurm"
+  module = importlib.import_module("tfdist.launch._slurm")
+  assert module.__spec__.name == "tfdist.launch._slurm"
   assert importlib.reload(module) is module
   assert importlib.resources.files("tfdist.launch").joinpath("templates/slurm.sbatch").is_file()
 

@@ -27,7 +27,7 @@ __version__ = "0.2.0"
 # so that `import tfdist` stays cheap for launchers and CLIs.
 _EXPORTS = {
     "keras": ("tf_keras", None),
-    "use_legacy_keras": ("tfdist.keras_support", "use_legacy_keras"),
+    "use_legacy_keras": ("tfdist._keras_support", "use_legacy_keras"),
     "ClusterSpec": ("tfdist.cluster", "ClusterSpec"),
     "TaskSpec": ("tfdist.cluster", "TaskSpec"),
     "make_strategy": ("tfdist.strategies", "make_strategy"),
@@ -39,7 +39,7 @@ _EXPORTS = {
     "compress_gradients": ("tfdist.training.compression", "compress_gradients"),
     "export": ("tfdist.training.saved_model", "export"),
     "verify": ("tfdist.training.verification", "verify"),
-    "advise": ("tfdist.bench.advice", "advise"),
+    "advise": ("tfdist.bench._advice", "advise"),
     "bench": ("tfdist.bench", None),
     "cluster": ("tfdist.cluster", None),
     "devices": ("tfdist.devices", None),

@@ -1,4 +1,4 @@
-"""tfdist.bench.advice (`tfdist.advise`): real measuring processes on this machine.
+"""tfdist.bench._advice (`tfdist.advise`): real measuring processes on this machine.
 
 The decision table's branches are in tests/bench/test_decision.py; here the
 library measures for real (few steps: the numbers are not what is tested).
@@ -7,7 +7,7 @@ library measures for real (few steps: the numbers are not what is tested).
 import pytest
 
 import tfdist
-from tfdist.bench import advice
+from tfdist.bench import _advice as advice
 
 # bench.models.mlp: 784-512-512-10.
 MLP_WEIGHTS = 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10

@@ -1,8 +1,8 @@
-"""tfdist.bench.advice_check: an advice held to longer measurements of every way it ranked."""
+"""tfdist.bench._advice_check: an advice held to longer measurements of every way it ranked."""
 
 import pytest
 
-from tfdist.bench import advice_check
+from tfdist.bench import _advice_check as advice_check
 from tfdist.bench import decision
 from tfdist.bench import memory
 

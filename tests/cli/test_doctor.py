@@ -1,4 +1,4 @@
-"""`tfdist doctor`: its exit codes and --check_keras (the report is tfdist.doctor's)."""
+"""`tfdist doctor`: its exit codes and --check_keras (the report is tfdist._doctor's)."""
 
 import re
 

@@ -20,7 +20,7 @@ def test_a_jobset_pod_runs_its_command_with_its_tf_config():
 
 
 def test_the_command_gets_the_task_site_first_on_its_python_path():
-  from tfdist.launch import task_keras
+  from tfdist.launch import _task_keras as task_keras
   code = "import os; print('PYTHONPATH', os.environ['PYTHONPATH'])"
   result = helpers.run(helpers.tfdist_cli("task", "--", sys.executable, "-c", code), timeout=60,
                        env=dict(POD, PYTHONPATH="/mine"))

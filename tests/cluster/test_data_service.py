@@ -1,8 +1,8 @@
-"""tfdist.cluster.data_service: where a tf.data service listens, and what trainers are told."""
+"""tfdist.cluster._data_service: where a tf.data service listens, and what trainers are told."""
 
 import pytest
 
-from tfdist.cluster import data_service
+from tfdist.cluster import _data_service as data_service
 
 
 def test_local_service_has_distinct_free_ports_and_tells_trainers_where_it_is():

@@ -1,10 +1,10 @@
-"""tfdist.cluster.elastic: the replicas a job asked for, when its launcher runs fewer workers."""
+"""tfdist.cluster._elastic: the replicas a job asked for, when its launcher runs fewer workers."""
 
 import json
 
 import pytest
 
-from tfdist.cluster import elastic
+from tfdist.cluster import _elastic as elastic
 
 
 def _environ(workers, asked=None, chief=False):

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from tfdist import cluster
-from tfdist.cluster import ClusterSpec, TaskSpec, environment, kubernetes
+from tfdist.cluster import ClusterSpec, TaskSpec, environment
+from tfdist.cluster import _kubernetes as kubernetes
 
 WORKERS = {"worker": ["h0:2222", "h1:2222"]}
 SLURM = {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "n1",

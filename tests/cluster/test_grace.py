@@ -1,8 +1,8 @@
-"""tfdist.cluster.grace: the grace period a task is told, and seconds that are not seconds."""
+"""tfdist.cluster._grace: the grace period a task is told, and seconds that are not seconds."""
 
 import pytest
 
-from tfdist.cluster import grace
+from tfdist.cluster import _grace as grace
 
 
 def test_a_grace_period_that_is_not_seconds_is_refused():

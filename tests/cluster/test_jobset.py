@@ -1,13 +1,15 @@
-"""tfdist.cluster.jobset and .vertex: JobSet, TrainJob and Vertex AI pods find their task."""
+"""tfdist.cluster._jobset and .vertex: JobSet, TrainJob and Vertex AI pods find their task."""
 
 import json
 
 import pytest
 
-from tfdist.cluster import ClusterSpec, TaskSpec, environment, jobset, vertex
+from tfdist.cluster import ClusterSpec, TaskSpec, environment
+from tfdist.cluster import _jobset as jobset
+from tfdist.cluster import _vertex as vertex
 from tfdist.launch import Job
-from tfdist.launch import jobset as jobset_manifests
-from tfdist.launch import kubernetes
+from tfdist.launch import _jobset as jobset_manifests
+from tfdist.launch import _kubernetes as kubernetes
 
 SHAPE = "chief=1,worker=2,ps=1"
 

@@ -1,8 +1,8 @@
-"""tfdist.cluster.slurm: SLURM's environment to a cluster, on CPU-only nodes."""
+"""tfdist.cluster._slurm: SLURM's environment to a cluster, on CPU-only nodes."""
 
 import pytest
 
-from tfdist.cluster import slurm
+from tfdist.cluster import _slurm as slurm
 from tfdist.cluster import ClusterSpec, TaskSpec
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tfdist import cluster as cluster_lib
 from tfdist.cluster import ClusterSpec, TaskSpec, pick_unused_ports
-from tfdist.cluster import spec as spec_lib
+from tfdist.cluster import _spec as spec_lib
 
 TWO_WORKERS = {"worker": ["localhost:2222", "localhost:2223"]}
 

@@ -1,8 +1,8 @@
-"""tfdist.launch.exposure: the line a launch prints about the ports it leaves open."""
+"""tfdist.launch._exposure: the line a launch prints about the ports it leaves open."""
 
 import pytest
 
-from tfdist.launch import exposure
+from tfdist.launch import _exposure as exposure
 
 
 def test_ports_read_as_ranges():

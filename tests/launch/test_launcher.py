@@ -1,11 +1,11 @@
-"""tfdist.launch.launcher: the contract every launcher keeps, and the registry."""
+"""tfdist.launch._launcher: the contract every launcher keeps, and the registry."""
 
 import io
 
 import pytest
 
 from tfdist import launch
-from tfdist.launch import launcher
+from tfdist.launch import _launcher as launcher
 
 
 def test_every_launcher_is_registered():

@@ -1,4 +1,4 @@
-"""tfdist.launch.ray: every task on a real 2-node Ray cluster (loopback only), supervised here.
+"""tfdist.launch._ray: every task on a real 2-node Ray cluster (loopback only), supervised here.
 
 One Ray cluster (a head and one more node, `tests/ray_cluster.py`) is shared
 by the tests of this module; every command runs inside its private network
@@ -211,7 +211,7 @@ def test_a_task_whose_node_was_lost_has_moved_one_on_a_live_node_has_not(cluster
   script.write_text(
       "import sys, time, ray\n"
       "from tfdist.cluster import TaskSpec\n"
-      "from tfdist.launch import ray_placement\n"
+      "from tfdist.launch import _ray_placement as ray_placement\n"
       "ray.init(namespace='tfdist', logging_level='ERROR')\n"
       "tasks = [TaskSpec('chief', 0), TaskSpec('worker', 0), TaskSpec('ps', 0)]\n"
       "placed = ray_placement.reserve(ray, tasks, 0.1, 'SPREAD', resources={\n"
@@ -264,14 +264,14 @@ def test_min_workers_without_ray_is_a_one_line_error():
 
 
 def test_resources_per_task_type_parse_with_suffixes_and_bad_ones_name_the_form():
-  assert launch.ray.parse_resources(["worker:GPU=2,memory=8Gi", "ps:CPU=4", "worker:tpu=0.5",
+  assert launch._ray.parse_resources(["worker:GPU=2,memory=8Gi", "ps:CPU=4", "worker:tpu=0.5",
                                      "chief:memory=1.5G"]) == {
       "worker": {"GPU": 2.0, "memory": 8 * 2.0**30, "tpu": 0.5}, "ps": {"CPU": 4.0},
       "chief": {"memory": 1.5e9}}
   for bad in ("gpu:GPU=1", "worker:GPU", "worker:GPU=-1", "worker:", "worker:GPU=two"):
     with pytest.raises(ValueError, match=r"must be TYPE:NAME=AMOUNT.*Received: " + re.escape(
         repr(bad)) + "$"):
-      launch.ray.parse_resources([bad])
+      launch._ray.parse_resources([bad])
 
 
 @pytest.mark.slow

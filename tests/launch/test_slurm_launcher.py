@@ -1,4 +1,4 @@
-"""tfdist.launch.slurm: jobs through a real SLURM on localhost (slurmctld + slurmd)."""
+"""tfdist.launch._slurm: jobs through a real SLURM on localhost (slurmctld + slurmd)."""
 
 import contextlib
 import json
@@ -12,7 +12,7 @@ import pytest
 
 import helpers
 import slurm_cluster
-from tfdist.launch import slurm as sbatch
+from tfdist.launch import _slurm as sbatch
 
 
 def test_render_fills_every_field():

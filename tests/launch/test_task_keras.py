@@ -1,4 +1,4 @@
-"""tfdist.launch.task_keras: scripts that never import tfdist train under `tfdist launch`."""
+"""tfdist.launch._task_keras: scripts that never import tfdist train under `tfdist launch`."""
 
 import os
 import re
@@ -7,8 +7,8 @@ import pytest
 
 import helpers
 from tfdist.launch import Job
-from tfdist.launch import kubernetes
-from tfdist.launch import task_keras
+from tfdist.launch import _kubernetes as kubernetes
+from tfdist.launch import _task_keras as task_keras
 
 TUTORIAL = f"{helpers.SCRIPTS}/user/tutorial_mwms.py"
 

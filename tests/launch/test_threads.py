@@ -1,4 +1,4 @@
-"""tfdist.launch.threads: tasks launched on one machine share its cores' TensorFlow threads."""
+"""tfdist.launch._threads: tasks launched on one machine share its cores' TensorFlow threads."""
 
 import io
 import logging
@@ -9,7 +9,7 @@ import pytest
 
 from tfdist import launch
 from tfdist.cluster import ClusterSpec
-from tfdist.launch import threads
+from tfdist.launch import _threads as threads
 
 # Each task: the variables it got. (TensorFlow sizes its pools by them: a task
 # started with both at 1 runs one inter-op thread, named tf_Compute, where it

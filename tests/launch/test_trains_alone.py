@@ -1,4 +1,4 @@
-"""tfdist.launch.trains_alone: a task that would train alone under a multi-worker TF_CONFIG is told so."""
+"""tfdist.launch._trains_alone: a task that would train alone under a multi-worker TF_CONFIG is told so."""
 
 import json
 import os
@@ -8,8 +8,8 @@ import tensorflow as tf
 
 import helpers
 from tfdist import cluster as cluster_lib
-from tfdist.launch import local
-from tfdist.launch import trains_alone
+from tfdist.launch import _local as local
+from tfdist.launch import _trains_alone as trains_alone
 
 SCRIPT = f"{helpers.SCRIPTS}/user/trains_alone.py"
 

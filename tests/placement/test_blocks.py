@@ -1,4 +1,4 @@
-"""tfdist/placement/blocks.py: model parallelism, layers in blocks on devices."""
+"""tfdist/placement/_blocks.py: model parallelism, layers in blocks on devices."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""tfdist/placement/split_dense.py: one Dense layer split over devices, by columns or rows."""
+"""tfdist/placement/_split_dense.py: one Dense layer split over devices, by columns or rows."""
 
 import numpy as np
 import pytest

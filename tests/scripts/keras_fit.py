@@ -12,7 +12,7 @@ Exit codes: 0 trained, 3 refused by tfdist, 4 failed inside TF/Keras.
 import sys
 
 import tfdist  # First, as users are told to.
-from tfdist import keras_support
+from tfdist import _keras_support as keras_support
 
 flavour, strategy_name = sys.argv[1], sys.argv[2]
 raw = sys.argv[3:] == ["raw"]
@@ -29,7 +29,7 @@ if not raw:
 elif strategy_name == "multi_worker_mirrored":
   strategy = tf.distribute.MultiWorkerMirroredStrategy()
 else:
-  from tfdist.strategies import servers
+  from tfdist.strategies import _servers as servers
   spec = tfdist.ClusterSpec.local(workers=2, ps=1)
   keep_alive = servers.start_servers(spec)
   strategy = tf.distribute.ParameterServerStrategy(

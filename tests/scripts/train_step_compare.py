@@ -15,7 +15,8 @@ strategy = tfdist.make_strategy("multi_worker_mirrored")
 
 import numpy as np
 import tensorflow as tf
-from tfdist import keras, keras_support
+from tfdist import keras
+from tfdist import _keras_support as keras_support
 from tfdist.training import fit_step
 from tfdist.training import job
 from tfdist.bench import collectives

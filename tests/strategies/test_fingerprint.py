@@ -1,4 +1,4 @@
-"""tfdist.strategies.fingerprint: workers whose models differ are refused, naming the variable."""
+"""tfdist.strategies._fingerprint: workers whose models differ are refused, naming the variable."""
 
 import os
 import re
@@ -6,7 +6,7 @@ import re
 import pytest
 
 import helpers
-from tfdist.strategies import fingerprint
+from tfdist.strategies import _fingerprint as fingerprint
 
 
 def test_the_fingerprint_names_what_every_worker_must_share():

@@ -1,4 +1,4 @@
-"""tfdist.strategies.keras_guard: what fails in TF or Keras is refused before the first step, with the fix."""
+"""tfdist.strategies._keras_guard: what fails in TF or Keras is refused before the first step, with the fix."""
 
 import re
 

@@ -1,4 +1,4 @@
-"""tfdist.strategies.local: one device, mirrored and central storage."""
+"""tfdist.strategies._local: one device, mirrored and central storage."""
 
 import logging
 

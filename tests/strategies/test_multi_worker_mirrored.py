@@ -1,4 +1,4 @@
-"""tfdist.strategies.multi_worker_mirrored: workers in sync, peers lost in bounded time, devices per worker."""
+"""tfdist.strategies._multi_worker_mirrored: workers in sync, peers lost in bounded time, devices per worker."""
 
 import re
 import time

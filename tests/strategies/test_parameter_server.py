@@ -1,4 +1,4 @@
-"""tfdist.strategies.parameter_server: an in-process cluster trains, evaluates, predicts and shards."""
+"""tfdist.strategies._parameter_server: an in-process cluster trains, evaluates, predicts and shards."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""tfdist.strategies.registry: names, options, and the errors each strategy's check raises."""
+"""tfdist.strategies._registry: names, options, and the errors each strategy's check raises."""
 
 import pytest
 import tensorflow as tf

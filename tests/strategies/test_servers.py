@@ -1,4 +1,4 @@
-"""tfdist.strategies.servers: worker and ps tasks serve while the chief trains, then end by themselves."""
+"""tfdist.strategies._servers: worker and ps tasks serve while the chief trains, then end by themselves."""
 
 import signal
 import socket
@@ -7,7 +7,7 @@ import time
 import pytest
 
 import helpers
-from tfdist.strategies import servers
+from tfdist.strategies import _servers as servers
 from tfdist.cluster import ClusterSpec
 
 SERVE = "import tfdist; tfdist.make_strategy('parameter_server')"
@@ -68,6 +68,6 @@ def test_a_ps_task_serves_on_after_sigterm_until_the_chief_has_gone():
 def test_the_host_network_is_not_private_and_a_namespace_is():
   assert not servers.network_is_private()  # This machine has more than loopback.
   result = helpers.run(["unshare", "--user", "--map-root-user", "--net", "--",
-                        *helpers.python("-c", "from tfdist.strategies import servers; "
+                        *helpers.python("-c", "from tfdist.strategies import _servers as servers; "
                                         "print(servers.network_is_private())")], timeout=60)
   assert result.stdout.strip().splitlines()[-1] == "True", result.stdout

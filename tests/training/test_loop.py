@@ -252,7 +252,7 @@ def test_a_pipeline_that_cannot_be_replayed_is_named_once_before_training(caplog
 def test_loop_picks_its_runner_from_the_registry_in_its_fixed_order():
   # Registered explicitly, in one place (tfdist/training/loop/__init__.py), not
   # by whichever subclass was imported first.
-  assert loop_lib.runner.RUNNERS.names() == ["parameter_server", "sync"]
+  assert loop_lib._runner.RUNNERS.names() == ["parameter_server", "sync"]
   for name in ("one_device", "mirrored"):
     strategy = tfdist.make_strategy(name)
     with strategy.scope():

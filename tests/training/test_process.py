@@ -1,6 +1,6 @@
-"""tfdist.training.process: one `tfdist train` in a fresh process, and its result."""
+"""tfdist.training._process: one `tfdist train` in a fresh process, and its result."""
 
-from tfdist.training import process as train_process
+from tfdist.training import _process as train_process
 
 
 def test_a_run_that_fails_returns_its_exit_code_and_last_lines(tmp_path):

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import helpers
 import tfdist
-from tfdist.training import user_code
+from tfdist.training import _user_code as user_code
 
 MODELS = f"{helpers.SCRIPTS}/user/verify_models.py"
 verify_models = user_code.load_module(MODELS, "model")

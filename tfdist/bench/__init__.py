@@ -21,7 +21,7 @@ in `benchmarks/` print and save ratios.
 import importlib
 
 # Public submodules, loaded on first use: `import tfdist.bench` loads no TensorFlow.
-# `advice` and `advice_check` are reached through `tfdist.advise`.
+# `_advice` and `_advice_check` are reached through `tfdist.advise`.
 _SUBMODULES = ("allreduce", "candidates", "collectives", "decision", "harness", "memory",
                "models", "overhead", "scale", "scaling_model")
 __all__ = list(_SUBMODULES)

@@ -16,7 +16,7 @@ from typing import Dict, List, Sequence
 
 import tensorflow as tf
 
-from tfdist.strategies import multi_worker_mirrored
+from tfdist.strategies import _multi_worker_mirrored as multi_worker_mirrored
 
 MB = 2**20
 

@@ -17,8 +17,8 @@ way to train by examples per second:
     so its speed is not comparable by examples per second alone.
 Then it adds the batch and learning-rate scaling, the communication settings
 (pack size, float16 gradients) and what to change in the input pipeline.
-`tfdist.bench.advice_check` holds an advice to a longer measurement of every
-way it ranked; `tfdist.bench.advice` measures and advises (`tfdist.advise`).
+`tfdist.bench._advice_check` holds an advice to a longer measurement of every
+way it ranked; `tfdist.bench._advice` measures and advises (`tfdist.advise`).
 
 Example:
 
@@ -227,7 +227,7 @@ def _batch_and_learning_rate(pick: Option, batch_size: int, learning_rate: float
 def _communication(m: Measurements, cluster: Cluster, pick: Option) -> Optional[str]:
   if pick.name != "multi_worker_mirrored" or m.links is None:
     return None
-  from tfdist.strategies.multi_worker_mirrored import BYTES_PER_PACK
+  from tfdist.strategies._multi_worker_mirrored import BYTES_PER_PACK
   gradients = m.footprint.gradients
   packs = max(1, math.ceil(gradients / BYTES_PER_PACK))
   bytes_seconds = scaling_model.communication_seconds(gradients, m.links.busbw, cluster.workers)

@@ -5,7 +5,7 @@ from typing import Callable
 import tf_keras as keras
 
 from tfdist.training import job
-from tfdist.training import user_code
+from tfdist.training import _user_code as user_code
 
 
 def mlp() -> keras.Model:

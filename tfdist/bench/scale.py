@@ -63,7 +63,7 @@ def measure_worker(strategy, model_fn: Callable, *, batch_size: int, steps: int,
   from tfdist.bench import allreduce
   from tfdist.bench import collectives
   from tfdist.bench import harness
-  from tfdist.strategies import multi_worker_mirrored
+  from tfdist.strategies import _multi_worker_mirrored as multi_worker_mirrored
   rng = np.random.default_rng(seed)
   num_workers = strategy.num_replicas_in_sync
 

@@ -30,7 +30,7 @@ import sys
 from absl import flags
 
 from tfdist.cli import self_launch
-from tfdist.launch import result_channel
+from tfdist.launch import _result_channel as result_channel
 
 _ALL_SUITES = ["overhead", "small_model", "allreduce", "scaling", "advise"]
 _SUITES = flags.DEFINE_multi_enum("suites", _ALL_SUITES, _ALL_SUITES, "What to measure.")
@@ -198,7 +198,7 @@ def _scaling() -> dict:
 
 def _advise() -> dict:
   results, rows = {}, []
-  from tfdist.bench import advice
+  from tfdist.bench import _advice as advice
   for entry in _ADVISE_CASES.value:
     model, batch, *memory = entry.split(":")
     options = {"batch_size": int(batch), "workers": 2, "check": True}

@@ -13,8 +13,8 @@ import tempfile
 
 from absl import flags
 
-from tfdist.training import process as train_process
-from tfdist.launch import task_keras
+from tfdist.training import _process as train_process
+from tfdist.launch import _task_keras as task_keras
 
 _STRATEGIES = flags.DEFINE_list(
     "strategies", ["one_device", "mirrored", "central_storage", "multi_worker_mirrored",

@@ -11,7 +11,7 @@ import sys
 
 from absl import flags
 
-from tfdist.cluster import data_service as data_service_lib
+from tfdist.cluster import _data_service as data_service_lib
 
 _ROLE = flags.DEFINE_enum("role", None, ["dispatcher", "worker"], "Which server to run.",
                           required=True)

@@ -16,8 +16,8 @@ from typing import List, Tuple
 
 from absl import flags
 
-from tfdist.training import process as train_process
-from tfdist.launch import task_keras
+from tfdist.training import _process as train_process
+from tfdist.launch import _task_keras as task_keras
 
 # Strategy flag value -> (matrix cell, extra `tfdist train` flags) per cell.
 CELLS = {
@@ -80,7 +80,7 @@ def measure_keras(strategies) -> Tuple[List[Tuple[str, str]], List[str]]:
 
 def main(argv):
   del argv
-  from tfdist import doctor  # Deferred: imports TensorFlow.
+  from tfdist import _doctor as doctor  # Deferred: imports TensorFlow.
   measured = None
   if _CHECK_KERAS.value:
     strategies = list(CELLS) if "all" in _CHECK_KERAS.value else _CHECK_KERAS.value

@@ -7,7 +7,7 @@ With --slurm, submits the same job to SLURM instead (one SLURM task per TF
 task, see launch/slurm/tfdist.sbatch), streams its output and exits with
 the job's exit code.
 
-With --ray[=ADDRESS], runs every task on a Ray cluster (see tfdist.launch.ray).
+With --ray[=ADDRESS], runs every task on a Ray cluster (see tfdist.launch._ray).
 
 With --kubernetes=jobset|trainjob|tfjob|indexed, prints the manifests for
 `kubectl apply -f -` (a JobSet; Kubeflow Trainer v2's runtime and TrainJob; a
@@ -21,13 +21,13 @@ from absl import flags
 
 from tfdist import launch as launch_lib
 from tfdist import progress
-from tfdist.launch import kubernetes
+from tfdist.launch import _kubernetes as kubernetes
 from tfdist.launch import private_network
-from tfdist.launch import profile_summary
-from tfdist.launch import ray as ray_launch
-from tfdist.launch import slurm
-from tfdist.launch import task_keras
-from tfdist.launch import trains_alone
+from tfdist.launch import _profile_summary as profile_summary
+from tfdist.launch import _ray as ray_launch
+from tfdist.launch import _slurm as slurm
+from tfdist.launch import _task_keras as task_keras
+from tfdist.launch import _trains_alone as trains_alone
 from tfdist.launch import watchdog
 
 _WORKERS = flags.DEFINE_integer("workers", 2, "Number of worker tasks.", lower_bound=1)

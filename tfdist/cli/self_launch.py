@@ -26,7 +26,7 @@ from absl import flags
 from tfdist import launch as launch_lib
 from tfdist.cluster import CHIEF, WORKER, ClusterSpec, TaskSpec
 from tfdist.cluster import environment
-from tfdist.launch import result_channel
+from tfdist.launch import _result_channel as result_channel
 
 # The reporting task writes its result as JSON here: `tfdist train`'s own
 # --result_file, and the internal flag of the commands that launch themselves.
@@ -64,7 +64,7 @@ def run(name: str, module: ModuleType, spec: ClusterSpec, *, timeout: float,
         output: Optional[TextIO] = None, keras: Optional[str] = None) -> int:
   """Runs `tfdist <name>` with the same flags as every task of `spec`; its exit code.
 
-  `keras`: the tasks' Keras (see `tfdist.launch.task_keras`).
+  `keras`: the tasks' Keras (see `tfdist.launch._task_keras`).
   """
   return launch_lib.launch_local(command(name, module, extra_flags), spec, timeout=timeout,
                                  max_restarts=max_restarts, output=output, keras=keras)

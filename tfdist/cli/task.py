@@ -6,7 +6,7 @@ cluster and this task come from `tfdist.ClusterSpec.from_env()`, which asks
 each cluster environment in turn (`tfdist.cluster.environment`); the command
 then replaces this process with `TF_CONFIG` set, so any TensorFlow program
 reads it, and tfdist's task site first on `PYTHONPATH`, as `tfdist launch`
-gives its tasks (`tfdist.launch.task_keras`). An environment that names a task wrongly is one line, exit 2.
+gives its tasks (`tfdist.launch._task_keras`). An environment that names a task wrongly is one line, exit 2.
 
 In a job of two or more training tasks the command runs as a child instead,
 watched for stalls (`tfdist.launch.watchdog.watch_task`; `TFDIST_STALL_TIMEOUT`,
@@ -19,9 +19,9 @@ import signal
 import sys
 
 from tfdist import cluster as cluster_lib
-from tfdist.cluster import grace
-from tfdist.launch import supervision
-from tfdist.launch import task_keras
+from tfdist.cluster import _grace as grace
+from tfdist.launch import _supervision as supervision
+from tfdist.launch import _task_keras as task_keras
 from tfdist.launch import watchdog
 
 

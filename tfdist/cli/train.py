@@ -19,10 +19,10 @@ from tfdist.training import precision
 from tfdist.training import scaling
 from tfdist.cli import self_launch
 from tfdist.training import config as train_config
-from tfdist.training import user_code
-from tfdist.launch import task_keras
-from tfdist.strategies.local import CROSS_DEVICE_OPS
-from tfdist.strategies.multi_worker_mirrored import COMMUNICATION
+from tfdist.training import _user_code as user_code
+from tfdist.launch import _task_keras as task_keras
+from tfdist.strategies._local import CROSS_DEVICE_OPS
+from tfdist.strategies._multi_worker_mirrored import COMMUNICATION
 
 _STRATEGY = flags.DEFINE_enum(
     "strategy", "one_device",

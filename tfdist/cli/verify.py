@@ -21,7 +21,7 @@ from absl import flags
 
 from tfdist import cluster as cluster_lib
 from tfdist.cli import self_launch
-from tfdist.training import user_code
+from tfdist.training import _user_code as user_code
 
 _MODEL = flags.DEFINE_string("model", None, "Your model: a .py file or module defining "
                              "model_fn() that returns a compiled Keras model; "

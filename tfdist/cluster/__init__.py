@@ -19,26 +19,26 @@ Example:
     >>> spec = ClusterSpec.from_env()    # TF_CONFIG, a Kubernetes pod, SLURM, or None
 """
 
-from tfdist.cluster.spec import (CHIEF, CLUSTER_TASK_TYPES, EVALUATOR, LOOPBACK_HOSTS, PS,
+from tfdist.cluster._spec import (CHIEF, CLUSTER_TASK_TYPES, EVALUATOR, LOOPBACK_HOSTS, PS,
                                  TASK_TYPES, TF_CONFIG_KEYS, WORKER, ClusterSpec, TaskSpec,
                                  check_task_count, count_workers, pick_unused_ports, split_address)
 from tfdist.cluster import environment
-from tfdist.cluster import jobset
-from tfdist.cluster import kubernetes
+from tfdist.cluster import _jobset
+from tfdist.cluster import _kubernetes
 from tfdist.cluster import preflight
-from tfdist.cluster import slurm
-from tfdist.cluster import tf_config
-from tfdist.cluster import vertex
+from tfdist.cluster import _slurm
+from tfdist.cluster import _tf_config
+from tfdist.cluster import _vertex
 from tfdist.cluster.environment import ClusterEnvironment, available_environments, detect
 
 # In this order: a complete TF_CONFIG wins (Vertex AI's CLUSTER_SPEC stands in
 # for one that is absent or partial), then a Kubernetes pod, then SLURM.
-environment.register(vertex.VertexEnvironment())
-environment.register(tf_config.TFConfigEnvironment())
-environment.register(jobset.TrainJobEnvironment())
-environment.register(jobset.JobSetEnvironment())
-environment.register(kubernetes.KubernetesEnvironment())
-environment.register(slurm.SLURMEnvironment())
+environment.register(_vertex.VertexEnvironment())
+environment.register(_tf_config.TFConfigEnvironment())
+environment.register(_jobset.TrainJobEnvironment())
+environment.register(_jobset.JobSetEnvironment())
+environment.register(_kubernetes.KubernetesEnvironment())
+environment.register(_slurm.SLURMEnvironment())
 
 __all__ = ["CHIEF", "CLUSTER_TASK_TYPES", "ClusterEnvironment", "ClusterSpec", "EVALUATOR",
            "environment", "preflight",

@@ -21,9 +21,9 @@ import abc
 import os
 from typing import List, Mapping, Optional
 
-from tfdist import registry
+from tfdist import _registry as registry
 
-# "ClusterSpec" in annotations is tfdist.cluster.spec.ClusterSpec, not imported:
+# "ClusterSpec" in annotations is tfdist.cluster._spec.ClusterSpec, not imported:
 # spec imports this module, and the way through the code runs one way.
 
 

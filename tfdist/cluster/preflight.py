@@ -27,8 +27,8 @@ import threading
 import time
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
-from tfdist.cluster import grace
-from tfdist.cluster import spec as spec_lib
+from tfdist.cluster import _grace as grace
+from tfdist.cluster import _spec as spec_lib
 
 TIMEOUT_ENV = "TFDIST_PREFLIGHT_TIMEOUT"
 DEFAULT_TIMEOUT = 30.0

@@ -12,7 +12,7 @@
 - `replay`: reading on where an interrupted job stopped, and what cannot be replayed.
 """
 
-from tfdist.data.pipeline import (AUTOTUNE, Map, PipelineOptions, build, from_files,
+from tfdist.data._pipeline import (AUTOTUNE, Map, PipelineOptions, build, from_files,
                                   from_tensors, from_tfds, random_crop_and_flip)
 
 import importlib

@@ -32,7 +32,7 @@ from typing import Optional, Union
 
 import tensorflow as tf
 
-from tfdist.cluster import data_service as data_service_lib
+from tfdist.cluster import _data_service as data_service_lib
 from tfdist.internals import tensorflow as tf_internals
 
 _SERVICE = tf.data.experimental.service

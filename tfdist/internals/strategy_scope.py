@@ -3,7 +3,7 @@
 `enable_checked_scope(make)` wraps `tf.distribute.MultiWorkerMirroredStrategy.scope`
 (a public method) so that `with strategy.scope():` also enters `make(strategy)`,
 for a strategy over two or more tasks; `disable_checked_scope()` puts it back.
-`tfdist.strategies.fingerprint` gives the context: a variable creator that
+`tfdist.strategies._fingerprint` gives the context: a variable creator that
 compares each variable across workers before TensorFlow broadcasts it, whose
 own error names neither variable nor task (tensorflow/tensorflow#47203).
 Gated on the TensorFlow versions tested (`tensorflow.TESTED`).

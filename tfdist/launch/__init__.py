@@ -21,28 +21,28 @@ Example:
 """
 
 # Their own dependencies (PyYAML, sbatch) load only when used.
-from tfdist.launch import jobset
-from tfdist.launch import kubernetes
-from tfdist.launch import launcher
-from tfdist.launch import local
-from tfdist.launch import pod_security
+from tfdist.launch import _jobset
+from tfdist.launch import _kubernetes
+from tfdist.launch import _launcher
+from tfdist.launch import _local
+from tfdist.launch import _pod_security
 from tfdist.launch import private_network
-from tfdist.launch import ray
-from tfdist.launch import slurm
+from tfdist.launch import _ray
+from tfdist.launch import _slurm
 from tfdist.launch import watchdog
-from tfdist.launch.launcher import Job, Launcher, available_launchers, make_launcher
-from tfdist.launch.local import (GRACE_PERIOD_SECONDS, NETWORKS, STALL_EXIT_CODE, TIMEOUT_EXIT_CODE,
+from tfdist.launch._launcher import Job, Launcher, available_launchers, make_launcher
+from tfdist.launch._local import (GRACE_PERIOD_SECONDS, NETWORKS, STALL_EXIT_CODE, TIMEOUT_EXIT_CODE,
                                  LaunchError, LocalLauncher, launch_local, must_finish,
                                  task_environment)
-from tfdist.launch.notebook import notebook_launch, ray_launch
+from tfdist.launch._notebook import notebook_launch, ray_launch
 # The folder whose sitecustomize makes `import keras` scripts train under multi-worker
 # strategies: on PYTHONPATH in an image of your own.
-from tfdist.launch.task_keras import SITE_DIR as TASK_SITE_DIR
+from tfdist.launch._task_keras import SITE_DIR as TASK_SITE_DIR
 
-launcher.register(local.LocalLauncher)
-launcher.register(slurm.SlurmLauncher)
-launcher.register(kubernetes.KubernetesLauncher)
-launcher.register(ray.RayLauncher)
+_launcher.register(_local.LocalLauncher)
+_launcher.register(_slurm.SlurmLauncher)
+_launcher.register(_kubernetes.KubernetesLauncher)
+_launcher.register(_ray.RayLauncher)
 
 __all__ = ["GRACE_PERIOD_SECONDS", "Job", "LaunchError", "Launcher", "LocalLauncher", "NETWORKS", "STALL_EXIT_CODE", "TASK_SITE_DIR", "TIMEOUT_EXIT_CODE",
            "available_launchers", "launch_local", "make_launcher", "must_finish",

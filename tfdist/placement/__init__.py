@@ -16,7 +16,7 @@ Example:
     >>> wide = placement.SplitDense(4096, ["/cpu:0", "/cpu:1"], split="columns")
 """
 
-from tfdist.placement.blocks import PlacedSequential, place_layers, split_layers
-from tfdist.placement.split_dense import SPLITS, SplitDense
+from tfdist.placement._blocks import PlacedSequential, place_layers, split_layers
+from tfdist.placement._split_dense import SPLITS, SplitDense
 
 __all__ = ["PlacedSequential", "SPLITS", "SplitDense", "place_layers", "split_layers"]

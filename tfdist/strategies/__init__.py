@@ -15,27 +15,27 @@ strategy class (the multi-worker and parameter-server ones are thin
 subclasses that refuse Keras 3 up front, see `keras_guard`).
 """
 
-from tfdist.strategies import local
-from tfdist.strategies import multi_worker_mirrored
-from tfdist.strategies import parameter_server
-from tfdist.strategies.registry import (STRATEGIES, ClusterArg, StrategyEntry,
+from tfdist.strategies import _local
+from tfdist.strategies import _multi_worker_mirrored
+from tfdist.strategies import _parameter_server
+from tfdist.strategies._registry import (STRATEGIES, ClusterArg, StrategyEntry,
                                         available_strategies, make_strategy, register,
                                         validate_cluster)
-from tfdist.strategies.local import CROSS_DEVICE_OPS, CentralStorageStrategy
-from tfdist.strategies.multi_worker_mirrored import (BYTES_PER_PACK, COMMUNICATION,
+from tfdist.strategies._local import CROSS_DEVICE_OPS, CentralStorageStrategy
+from tfdist.strategies._multi_worker_mirrored import (BYTES_PER_PACK, COMMUNICATION,
                                                      MultiWorkerMirroredStrategy)
-from tfdist.strategies.parameter_server import ParameterServerStrategy
+from tfdist.strategies._parameter_server import ParameterServerStrategy
 # Workers that disagree (model, versions, devices) are refused before the first collective.
-from tfdist.strategies.fingerprint import checked_variables
+from tfdist.strategies._fingerprint import checked_variables
 
-register("default", local.default)
-register("one_device", local.one_device)
-register("mirrored", local.mirrored)
-register("central_storage", local.central_storage)
-register("multi_worker_mirrored", multi_worker_mirrored.multi_worker_mirrored,
-         check_cluster=multi_worker_mirrored.check_cluster)
-register("parameter_server", parameter_server.parameter_server,
-         check_cluster=parameter_server.check_cluster)
+register("default", _local.default)
+register("one_device", _local.one_device)
+register("mirrored", _local.mirrored)
+register("central_storage", _local.central_storage)
+register("multi_worker_mirrored", _multi_worker_mirrored.multi_worker_mirrored,
+         check_cluster=_multi_worker_mirrored.check_cluster)
+register("parameter_server", _parameter_server.parameter_server,
+         check_cluster=_parameter_server.check_cluster)
 
 __all__ = ["BYTES_PER_PACK", "COMMUNICATION", "CROSS_DEVICE_OPS", "CentralStorageStrategy",
            "ClusterArg", "MultiWorkerMirroredStrategy", "ParameterServerStrategy",

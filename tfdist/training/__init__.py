@@ -14,11 +14,10 @@
 - `sparsification`: gradients exchanged below 16 bits, top-k or int8, with error feedback.
 - `scaling`: global batch and learning-rate rules, warm-up.
 - `timing`: step and epoch times.
-- `process`: one `tfdist train` in a fresh process, and its result.
-- `user_code`: a user's `model_fn` and `dataset_fn`, from a file or a module.
 
-`__all__` is the public surface: `process` and `user_code` serve tfdist's own
-mains and may change. Submodules load on first use
+`__all__` is the public surface. Modules whose names start with an underscore
+(`_process`, `_user_code`) serve tfdist's own mains and may change in any
+release. Submodules load on first use
 (`tfdist.training.loop`), so importing the package loads no TensorFlow.
 """
 
@@ -27,7 +26,6 @@ import importlib
 _SUBMODULES = ("accumulation", "checkpoints", "compression", "config", "fit_step", "job", "loop",
                "precision", "preemption", "saved_model", "scaling", "sidecar",
                "sparsification", "timing", "verification")
-_PRIVATE_SUBMODULES = ("process", "user_code")
 # Public functions -> their module, loaded on first use as the submodules are.
 _FUNCTIONS = {"accumulate": "accumulation", "accumulated_gradients": "accumulation",
               "verify": "verification"}
@@ -39,7 +37,7 @@ def __getattr__(name):
     return importlib.import_module("tfdist.progress").step_done
   if name in _FUNCTIONS:
     return getattr(importlib.import_module(f"{__name__}.{_FUNCTIONS[name]}"), name)
-  if name not in _SUBMODULES + _PRIVATE_SUBMODULES:
+  if name not in _SUBMODULES:
     raise AttributeError(f"module 'tfdist.training' has no attribute {name!r}")
   return importlib.import_module(f"{__name__}.{name}")
 

@@ -31,7 +31,7 @@ Example:
 
 import types
 
-from tfdist import keras_support
+from tfdist import _keras_support as keras_support
 
 # What `accumulate` sets on the model: its number of micro-batches per update.
 STEPS_ATTRIBUTE = "_tfdist_accumulate_steps"

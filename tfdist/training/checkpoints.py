@@ -28,9 +28,9 @@ from typing import Iterator, Optional
 import tensorflow as tf
 import tf_keras
 
-from tfdist import folders
-from tfdist import keras_support
-from tfdist.cluster import grace
+from tfdist import _folders as folders
+from tfdist import _keras_support as keras_support
+from tfdist.cluster import _grace as grace
 from tfdist.data import replay
 from tfdist.internals import keras as keras_internals
 from tfdist.internals import tensorflow as tf_internals
@@ -80,7 +80,7 @@ def chief_dir(path: str, strategy: Optional[tf.distribute.Strategy] = None) -> I
 
 # Exit code of a task that backed up after SIGTERM (tfdist.training.preemption).
 PREEMPTED_EXIT_CODE = preemption.PREEMPTED_EXIT_CODE
-# The seconds between SIGTERM and SIGKILL (tfdist.cluster.grace).
+# The seconds between SIGTERM and SIGKILL (tfdist.cluster._grace).
 GRACE_PERIOD_ENV = grace.GRACE_PERIOD_ENV
 DEFAULT_GRACE_PERIOD = grace.DEFAULT_GRACE_PERIOD
 grace_period = grace.grace_period

@@ -16,7 +16,7 @@ Example:
 import dataclasses
 from typing import Any, Callable, Dict, Optional
 
-from tfdist import keras_support
+from tfdist import _keras_support as keras_support
 
 # The strategies whose cluster can have an evaluator task beside it.
 MULTI_WORKER = ("multi_worker_mirrored", "parameter_server")

@@ -30,7 +30,7 @@ Example:
 
 import types
 
-from tfdist import keras_support
+from tfdist import _keras_support as keras_support
 
 INSTALLED = "one all-reduce per step"
 

@@ -22,10 +22,10 @@ import tf_keras
 from tfdist.training import accumulation
 from tfdist.training import checkpoints
 from tfdist import data
-from tfdist.cluster import elastic
+from tfdist.cluster import _elastic as elastic
 from tfdist.training import compression
 from tfdist.training.config import TrainConfig  # The job's config, checked when made.
-from tfdist import keras_support
+from tfdist import _keras_support as keras_support
 from tfdist.training import loop as loop_lib
 from tfdist.training import precision
 from tfdist.training import scaling

@@ -1,7 +1,7 @@
 """Preemption: SIGTERM to any worker, a save on every worker at the same step, exit 143.
 
 SLURM and Kubernetes send SIGTERM, then SIGKILL after a grace period
-(`tfdist.cluster.grace`). A running job checks for it about every
+(`tfdist.cluster._grace`). A running job checks for it about every
 `CHECK_SECONDS` of training (or every `check_every` steps), so that the save
 fits in the grace period however long a step takes. Under
 MultiWorkerMirroredStrategy the workers agree at each check through one small

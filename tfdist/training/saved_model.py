@@ -34,11 +34,11 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
-from tfdist import folders
+from tfdist import _folders as folders
 from tfdist.training import checkpoints
 from tfdist.internals import keras as keras_internals
 from tfdist.internals import tensorflow as tf_internals
-from tfdist import keras_support
+from tfdist import _keras_support as keras_support
 
 _PARTIAL = ".partial-"
 

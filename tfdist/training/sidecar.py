@@ -23,8 +23,8 @@ from typing import Optional
 
 import tensorflow as tf
 
-from tfdist import folders
-from tfdist import keras_support
+from tfdist import _folders as folders
+from tfdist import _keras_support as keras_support
 
 CHECKPOINT_NAME = "ckpt-{epoch}"  # SidecarEvaluator reads the epoch from the suffix.
 POLL_SECONDS = 0.5  # How often the evaluator looks for a new checkpoint.

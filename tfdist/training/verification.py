@@ -37,7 +37,7 @@ from typing import Callable, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from tfdist import keras_support
+from tfdist import _keras_support as keras_support
 from tfdist import strategies as strategies_lib
 from tfdist.internals import tensorflow as tf_internals
 

@@ -1,9 +1,9 @@
-"""Imported by every Python task `tfdist launch` starts (see tfdist.launch.task_keras).
+"""Imported by every Python task `tfdist launch` starts (see tfdist.launch._task_keras).
 
 Enables tfdist's Keras 3 multi-worker workaround when, and only when, the task
 imports Keras 3's TensorFlow trainer (`tfdist.internals.keras`), chief-only
 writes for Keras 3's own callbacks when it imports them, and the trains-alone
-check (`tfdist.launch.trains_alone`) when it imports TensorFlow; then hands
+check (`tfdist.launch._trains_alone`) when it imports TensorFlow; then hands
 over to the sitecustomize this one shadows, if there is one.
 """
 
@@ -14,7 +14,8 @@ import sys
 
 try:
   from tfdist.internals import keras as keras_internals
-  from tfdist.launch import task_keras, trains_alone
+  from tfdist.launch import _task_keras as task_keras
+  from tfdist.launch import _trains_alone as trains_alone
 except ImportError:  # A task run by a Python without tfdist: nothing to enable.
   keras_internals = None
 if keras_internals is not None:
@@ -27,10 +28,10 @@ if keras_internals is not None:
   from tfdist import progress
   if progress.install_from_env():
     fit_callbacks.enable_fit_callbacks_on_import(progress.keras_callbacks)
-  # Workers whose models or versions differ are refused, naming what (tfdist.strategies.fingerprint).
-  from tfdist.launch import task_imports
+  # Workers whose models or versions differ are refused, naming what (tfdist.strategies._fingerprint).
+  from tfdist.launch import _task_imports as task_imports
   task_imports.after_import("tensorflow", lambda _: importlib.import_module(
-      "tfdist.strategies.fingerprint").enable_for_every_scope())
+      "tfdist.strategies._fingerprint").enable_for_every_scope())
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # Hand over to the sitecustomize further down the path, as if this one were not here.

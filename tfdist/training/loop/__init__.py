@@ -10,10 +10,10 @@ checkpoint written once. `Loop` does them, modelled on Model Garden's orbit
 apart behind one interface) and Lightning Fabric (the user's step stays plain).
 
 `Loop(strategy, model, ...)` returns the runner for the strategy's kind:
-`SyncRunner` (`sync.py`) for the synchronous strategies, whose sums live in
-sync-on-read variables, and `ParameterServerRunner` (`parameter_server.py`),
+`SyncRunner` (`_sync.py`) for the synchronous strategies, whose sums live in
+sync-on-read variables, and `ParameterServerRunner` (`_parameter_server.py`),
 whose steps run on the workers as closures. Both are `Loop`s: the same
-`fit`, `evaluate`, checkpoint and step (`runner.py`).
+`fit`, `evaluate`, checkpoint and step (`_runner.py`).
 
 Example:
 
@@ -52,19 +52,19 @@ tf_keras lists sharded variables), and checkpoints save each variable whole
 differentiate `loop.trainable_variables`, not the model's.
 """
 
-from tfdist.training.loop import runner
-from tfdist.training.loop.runner import EVALUATION_SHARDS
-from tfdist.training.loop.runner import EXAMPLES
-from tfdist.training.loop.runner import Loop
-from tfdist.training.loop.runner import StepFn
-from tfdist.training.loop.runner import average_loss
-from tfdist.training.loop.parameter_server import ParameterServerRunner
-from tfdist.training.loop.sync import SyncRunner
+from tfdist.training.loop import _runner
+from tfdist.training.loop._runner import EVALUATION_SHARDS
+from tfdist.training.loop._runner import EXAMPLES
+from tfdist.training.loop._runner import Loop
+from tfdist.training.loop._runner import StepFn
+from tfdist.training.loop._runner import average_loss
+from tfdist.training.loop._parameter_server import ParameterServerRunner
+from tfdist.training.loop._sync import SyncRunner
 
 # The runners, in the order `Loop` tries them: the first whose strategy_types
 # match, else the first with none.
-runner.RUNNERS.register("parameter_server", ParameterServerRunner)
-runner.RUNNERS.register("sync", SyncRunner)
+_runner.RUNNERS.register("parameter_server", ParameterServerRunner)
+_runner.RUNNERS.register("sync", SyncRunner)
 
 __all__ = ["EVALUATION_SHARDS", "EXAMPLES", "Loop", "ParameterServerRunner", "StepFn",
            "SyncRunner", "average_loss"]

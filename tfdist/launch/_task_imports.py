@@ -1,0 +1,66 @@
+"""Running a function right after a module first executes, for the tasks `tfdist launch` starts.
+
+The task site (`tfdist.launch._task_keras`) runs before the user's script,
+which may never import TensorFlow or Keras; what tfdist enables in them waits
+for their import, so a process that never imports them loads nothing.
+
+Example:
+
+    after_import("keras.src.callbacks", lambda module: print("Keras callbacks loaded"))
+"""
+
+import importlib.abc
+import importlib.machinery
+import logging
+import sys
+from typing import Callable
+
+logger = logging.getLogger("tfdist")
+
+
+def after_import(name: str, function: Callable[[object], None]) -> None:
+  """Calls `function(module)` right after module `name` first executes (at once if it has).
+
+  An exception in `function` is logged as a warning, never raised into the import.
+  """
+  if name in sys.modules:
+    _call(function, sys.modules[name])
+    return
+  sys.meta_path.insert(0, _AfterImport(name, function))
+
+
+def _call(function, module) -> None:
+  try:
+    function(module)
+  except Exception as e:  # pylint: disable=broad-except  Never break the user's import.
+    logger.warning("tfdist: what it enables after importing %s was not enabled: %r",
+                   module.__name__, e)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+  """Finds module `name` as Python would, and runs `function` after it executes."""
+
+  def __init__(self, name, function):
+    self.name, self.function = name, function
+
+  def find_spec(self, fullname, path=None, target=None):
+    if fullname != self.name:
+      return None
+    sys.meta_path.remove(self)
+    # The finders after this one, as if it were not there (another hook may wait too).
+    for finder in sys.meta_path:
+      spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
+      if spec is not None:
+        break
+    else:
+      return None
+    if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+      return spec
+    execute, function = spec.loader.exec_module, self.function
+
+    def exec_module(module):
+      execute(module)
+      _call(function, module)
+
+    spec.loader.exec_module = exec_module
+    return spec

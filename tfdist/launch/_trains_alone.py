@@ -1,0 +1,187 @@
+"""A task that would train alone under a multi-worker TF_CONFIG is told so.
+
+Under `tfdist launch --workers 2`, a script that builds
+`tf.distribute.MirroredStrategy()` (which reads no TF_CONFIG), OneDevice or
+CentralStorage, or that calls `fit` with no strategy at all, trains one
+model per worker: each prints its own losses, ends with its own weights, and
+exits 0. So in a chief or worker task whose TF_CONFIG names more than one
+chief or worker (and no parameter servers, whose workers serve instead):
+
+- building such a strategy, or starting such a `fit`, logs one line on that
+  task naming it and the fix (`tf.distribute.MultiWorkerMirroredStrategy()`,
+  or `tfdist.make_strategy("multi_worker_mirrored")`), once per task;
+- at the end of the job the local launcher says so when no two tasks ever
+  built a strategy over the cluster (`job_note`).
+
+Both warn by default: a launch may run programs that never train. With
+`TFDIST_TRAINS_ALONE=error` (or `tfdist launch --trains_alone=error`) the
+task raises `RuntimeError` with that line instead, and the launcher exits
+with `TRAINS_ALONE_EXIT_CODE` from a job that otherwise passed.
+
+Example (in a task of a 2-worker TF_CONFIG):
+
+    tf.distribute.MirroredStrategy()
+    # WARNING tfdist: This task (worker:1) trains alone: MirroredStrategy reads no TF_CONFIG ...
+"""
+
+import json
+import logging
+import os
+from typing import Mapping, Optional, Tuple
+
+from tfdist.cluster import _slurm as slurm
+
+logger = logging.getLogger("tfdist")
+
+TRAINS_ALONE_ENV = "TFDIST_TRAINS_ALONE"
+MODES = ("warn", "error")
+# Where the tasks of a local launch record that they built a strategy over the cluster.
+JOINED_DIR_ENV = "TFDIST_JOINED_DIR"
+TRAINS_ALONE_EXIT_CODE = 1
+# Strategies that build their replicas on this machine only, whatever TF_CONFIG says.
+_LOCAL_STRATEGIES = ("MirroredStrategy", "OneDeviceStrategy", "CentralStorageStrategy")
+_told = []  # Whether this task was told already: one line per task.
+
+
+def mode(environ: Optional[Mapping[str, str]] = None) -> str:
+  """`TFDIST_TRAINS_ALONE` ("warn", the default, or "error").
+
+  Raises:
+    ValueError: another value.
+  """
+  environ = os.environ if environ is None else environ
+  value = environ.get(TRAINS_ALONE_ENV) or "warn"
+  if value not in MODES:
+    raise ValueError(f"`{TRAINS_ALONE_ENV}` must be one of {list(MODES)}. "
+                     f"Received: {TRAINS_ALONE_ENV}={value!r}")
+  return value
+
+
+def cluster_task(environ: Optional[Mapping[str, str]] = None) -> Optional[Tuple[str, int]]:
+  """("type:index", chiefs + workers) for a chief or worker task of a collective cluster, else None.
+
+  None unless TF_CONFIG names 2 or more chiefs and workers, no ps, and this task is one of them.
+  Without TF_CONFIG, a SLURM step of 2 or more tasks and no ps is such a cluster (every task a
+  worker: `tfdist.cluster._slurm`), read from SLURM's own variables, which needs no TensorFlow.
+  """
+  environ = os.environ if environ is None else environ
+  if not environ.get("TF_CONFIG") and environ.get("SLURM_STEP_NUM_TASKS"):
+    try:
+      tasks, rank = int(environ["SLURM_STEP_NUM_TASKS"]), int(environ.get("SLURM_PROCID", ""))
+      ps = int(environ.get(slurm.NUM_PS_ENV, "0") or 0)
+    except ValueError:
+      return None
+    return (f"worker:{rank}", tasks) if tasks >= 2 and not ps else None
+  try:
+    config = json.loads(environ.get("TF_CONFIG") or "{}")
+  except ValueError:
+    return None
+  cluster, task = config.get("cluster") or {}, config.get("task") or {}
+  workers = len(cluster.get("chief", ())) + len(cluster.get("worker", ()))
+  if workers < 2 or cluster.get("ps") or task.get("type") not in ("chief", "worker"):
+    return None
+  return f"{task['type']}:{task.get('index', 0)}", workers
+
+
+def line(what: str, received: str, task: str, workers: int) -> str:
+  """The one line a task that trains alone is told."""
+  return (f"This task ({task}) trains alone: {what}, so each of the {workers} workers in "
+          f"TF_CONFIG trains its own model and they never meet. Build "
+          f"tf.distribute.MultiWorkerMirroredStrategy() (or tfdist.make_strategy("
+          f"'multi_worker_mirrored')) and the model under its scope(); {TRAINS_ALONE_ENV}="
+          f"error stops here instead. Received: {received}")
+
+
+def _tell(what: str, received: str) -> None:
+  found = cluster_task()
+  if found is None or _told:
+    return
+  _told.append(what)
+  message = line(what, received, *found)
+  if _mode_or_warn() == "error":
+    raise RuntimeError(message)
+  logger.warning(message)
+
+
+def _mode_or_warn() -> str:
+  try:
+    return mode()
+  except ValueError as e:
+    logger.warning("%s; warning instead", e)
+    return "warn"
+
+
+def on_strategy(strategy) -> None:
+  """For a strategy just built: tells a local one, records a multi-worker one (`_record`)."""
+  name = type(strategy).__name__
+  if name == "CollectiveAllReduceStrategy":  # What tf.distribute calls it.
+    name = "MultiWorkerMirroredStrategy"
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if name in _LOCAL_STRATEGIES:
+    _tell(f"{name} reads no TF_CONFIG and builds its replicas on this machine only",
+          f"{name}()")
+  elif resolver is not None:
+    jobs = resolver.cluster_spec().as_dict()
+    if jobs.get("ps") or len(jobs.get("chief", ())) + len(jobs.get("worker", ())) > 1:
+      _record("joined")
+    else:  # E.g. a cluster resolver of its own that names this task alone.
+      _tell(f"{name} was given a cluster of this task alone", f"{name}(cluster: {jobs})")
+
+
+def on_fit(model) -> None:
+  """For a Keras `fit` starting: tells one under a strategy that is not multi-worker."""
+  strategy = model.distribute_strategy
+  name = type(strategy).__name__
+  if name in _LOCAL_STRATEGIES:
+    _tell(f"fit runs under {name}, which reads no TF_CONFIG",
+          f"model.distribute_strategy={name}")
+  elif getattr(strategy, "cluster_resolver", None) is None:
+    _tell("fit runs with no strategy (none was built, or the model was not built under "
+          "its scope())", f"model.distribute_strategy={name} (the default)")
+
+
+def _record(what: str) -> None:
+  """Leaves `<type>-<index>.<what>` in the launcher's JOINED_DIR_ENV folder, if it gave one."""
+  directory, found = os.environ.get(JOINED_DIR_ENV), cluster_task()
+  if not directory or found is None or not os.path.isdir(directory):
+    return
+  with open(os.path.join(directory, f"{found[0].replace(':', '-')}.{what}"), "w"):
+    pass
+
+
+def install() -> None:
+  """Watches strategies and `fit` once TensorFlow and a Keras are imported (for the task site)."""
+  if cluster_task() is None:
+    return  # Nothing can train alone here: leave every import as it is.
+  from tfdist.launch import _task_imports as task_imports
+
+  def tensorflow_loaded(module):
+    from tfdist.internals import strategy_watch
+    _record("tensorflow")
+    strategy_watch.enable_strategy_watch(on_strategy)
+
+  def keras_loaded(module):
+    from tfdist.internals import strategy_watch
+    strategy_watch.enable_fit_watch(module.Model, on_fit)
+
+  task_imports.after_import("tensorflow", tensorflow_loaded)
+  from tfdist.internals import strategy_watch
+  for module in strategy_watch.MODEL_MODULES:  # Keras 3's and tf_keras's `Model`.
+    task_imports.after_import(module, keras_loaded)
+
+
+def job_note(directory: str, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+  """For the launcher at the end: the line saying no two tasks joined (None if two did).
+
+  Silent when no task of the collective cluster imported TensorFlow.
+  """
+  names = os.listdir(directory) if os.path.isdir(directory) else []
+  joined = sorted(n.rsplit(".", 1)[0] for n in names if n.endswith(".joined"))
+  if len(joined) >= 2 or not any(n.endswith(".tensorflow") for n in names):
+    return None
+  who = f"only {joined[0].replace('-', ':')} did" if joined else "none did"
+  return (f"No two tasks ever joined a collective: a multi-worker strategy over the cluster "
+          f"is what makes workers train one model, and {who}, so each task trained alone. "
+          f"Build tf.distribute.MultiWorkerMirroredStrategy() in the script (see the tasks' "
+          f"lines above); {TRAINS_ALONE_ENV}=error makes this an error. Received: "
+          f"{len(joined)} of the tasks joined")
