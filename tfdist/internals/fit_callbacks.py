@@ -4,19 +4,19 @@ The launcher's stall watchdog needs each task's training steps, and an
 unmodified script passes no tfdist callback. `enable_fit_callbacks(make)`
 wraps `Model.fit` of both Kerases (tf_keras's `tf_keras.Model.fit`, Keras 3's
 `keras.Model.fit`: public names, no private code) so that every call gets
-`make(callback_base_class)` appended to its callbacks; `disable_fit_callbacks`
-puts `fit` back. `enable_fit_callbacks_on_import` does it the moment either
-Keras is first imported, for `tfdist launch`'s task site. Gated on the Keras
-versions tested; PATCHES names the public issue: a distributed job that stops
-moving says nothing (tensorflow/tensorflow#35878).
+`make(callback_base_class)` appended to its callbacks, and its input passed
+through `input_of` when given (the step report's input stamp);
+`disable_fit_callbacks` puts `fit` back. `tfdist launch`'s task site enables
+it once either Keras is imported (`tfdist.launch._task_imports.after_import`
+for each of KERAS_MODULES). Gated on the Keras versions tested; PATCHES names
+the public issue: a distributed job that stops moving says nothing
+(tensorflow/tensorflow#35878).
 """
 
 import functools
-import importlib.abc
-import importlib.machinery
 import logging
 import sys
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 from tfdist.internals import keras as keras_internals
 from tfdist.internals import tf_keras as tf_keras_internals
@@ -26,7 +26,8 @@ logger = logging.getLogger("tfdist")
 
 PATCHES = {"fit_callbacks": "tensorflow/tensorflow#35878"}
 MakeCallbacks = Callable[[type], List[object]]
-_MODULES = ("tf_keras", "keras")
+# The packages whose `Model.fit` gets the callbacks.
+KERAS_MODULES = ("tf_keras", "keras")
 _CALLBACKS_POSITION = 5
 _originals = {}  # Model class -> its own fit
 
@@ -39,7 +40,7 @@ def _tested(module_name: str) -> bool:
                                             "multi_worker") is None
 
 
-def _patch(module, make: MakeCallbacks) -> None:
+def _patch(module, make: MakeCallbacks, input_of: Optional[Callable]) -> None:
   model_class = module.Model
   if model_class in _originals or not _tested(module.__name__):
     return
@@ -62,17 +63,25 @@ def _patch(module, make: MakeCallbacks) -> None:
         args = args[:_CALLBACKS_POSITION] + (callbacks,) + args[_CALLBACKS_POSITION + 1:]
       else:
         kwargs["callbacks"] = callbacks
+      if input_of is not None:  # `x`, fit's first parameter.
+        if args:
+          args = (input_of(args[0]),) + args[1:]
+        elif "x" in kwargs:
+          kwargs["x"] = input_of(kwargs["x"])
     return original(self, *args, **kwargs)
 
   _originals[model_class] = original
   model_class.fit = fit
 
 
-def enable_fit_callbacks(make: MakeCallbacks) -> bool:
-  """Appends `make(Callback)` to every `fit` of the Kerases imported so far; whether any is."""
-  for name in _MODULES:
+def enable_fit_callbacks(make: MakeCallbacks, input_of: Optional[Callable] = None) -> bool:
+  """Appends `make(Callback)` to every `fit` of the Kerases imported so far; whether any is.
+
+  `input_of(x)`, if given, is what such a `fit` reads instead of its `x`.
+  """
+  for name in KERAS_MODULES:
     if name in sys.modules and hasattr(sys.modules[name], "Model"):
-      _patch(sys.modules[name], make)
+      _patch(sys.modules[name], make, input_of)
   return bool(_originals)
 
 
@@ -81,39 +90,3 @@ def disable_fit_callbacks() -> None:
   for model_class, original in _originals.items():
     model_class.fit = original
   _originals.clear()
-
-
-def enable_fit_callbacks_on_import(make: MakeCallbacks) -> None:
-  """`enable_fit_callbacks(make)` right after `keras` or `tf_keras` is first imported."""
-  sys.meta_path.insert(0, _PatchAfterImport(make))
-
-
-class _PatchAfterImport(importlib.abc.MetaPathFinder):
-  """Wraps a Keras's `fit` once its package has executed; never breaks the import."""
-
-  def __init__(self, make: MakeCallbacks):
-    self.make = make
-    self.waiting = set(_MODULES)
-
-  def find_spec(self, fullname, path=None, target=None):
-    if fullname not in self.waiting:
-      return None
-    spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-    if spec is None or spec.loader is None:
-      return spec
-    execute = spec.loader.exec_module
-    make = self.make
-
-    def exec_module(module):
-      execute(module)
-      # Done once executed: `importlib.util.find_spec` alone (TensorFlow asks) imports nothing.
-      self.waiting.discard(fullname)
-      if not self.waiting and self in sys.meta_path:
-        sys.meta_path.remove(self)
-      try:
-        _patch(module, make)
-      except Exception as e:  # pylint: disable=broad-except  Never break the user's import.
-        logger.warning("tfdist's fit callbacks not added to %s: %r", module.__name__, e)
-
-    spec.loader.exec_module = exec_module
-    return spec

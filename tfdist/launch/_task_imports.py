@@ -2,7 +2,9 @@
 
 The task site (`tfdist.launch._task_keras`) runs before the user's script,
 which may never import TensorFlow or Keras; what tfdist enables in them waits
-for their import, so a process that never imports them loads nothing.
+for their import, so a process that never imports them loads nothing. A hook
+waits until the module executes: a bare `importlib.util.find_spec` (TensorFlow
+asks for "keras" without importing it) leaves it waiting.
 
 Example:
 
@@ -10,7 +12,6 @@ Example:
 """
 
 import importlib.abc
-import importlib.machinery
 import logging
 import sys
 from typing import Callable
@@ -42,25 +43,34 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
   def __init__(self, name, function):
     self.name, self.function = name, function
+    self.finding = False  # Asking the other finders, which may include this one.
 
   def find_spec(self, fullname, path=None, target=None):
-    if fullname != self.name:
+    if fullname != self.name or self.finding:
       return None
-    sys.meta_path.remove(self)
     # The finders after this one, as if it were not there (another hook may wait too).
-    for finder in sys.meta_path:
-      spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
-      if spec is not None:
-        break
-    else:
-      return None
-    if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+    self.finding = True
+    try:
+      for finder in list(sys.meta_path):
+        spec = finder.find_spec(fullname, path, target) if finder is not self and hasattr(
+            finder, "find_spec") else None
+        if spec is not None:
+          break
+      else:
+        return None
+    finally:
+      self.finding = False
+    if spec.loader is None or isinstance(spec.loader, type) or \
+        not hasattr(spec.loader, "exec_module"):
       return spec
-    execute, function = spec.loader.exec_module, self.function
+    execute = spec.loader.exec_module
 
     def exec_module(module):
       execute(module)
-      _call(function, module)
+      # Done once executed, not when found: a find_spec alone imports nothing.
+      if self in sys.meta_path:
+        sys.meta_path.remove(self)
+        _call(self.function, module)
 
     spec.loader.exec_module = exec_module
     return spec

@@ -23,13 +23,16 @@ if keras_internals is not None:
   # Keras 3's own callbacks write once; a task that would train alone is told so.
   task_keras.enable_keras3_callbacks_on_import()
   trains_alone.install()
-  # The launcher's stall watchdog: steps and stacks of this task (tfdist.progress).
+  # The launcher's stall watchdog: steps and stacks of this task (tfdist.progress),
+  # every Keras `fit` reporting them once either Keras is imported.
   from tfdist.internals import fit_callbacks
   from tfdist import progress
-  if progress.install_from_env():
-    fit_callbacks.enable_fit_callbacks_on_import(progress.keras_callbacks)
-  # Workers whose models or versions differ are refused, naming what (tfdist.strategies._fingerprint).
   from tfdist.launch import _task_imports as task_imports
+  if progress.install_from_env():
+    for _name in fit_callbacks.KERAS_MODULES:
+      task_imports.after_import(
+          _name, lambda _: fit_callbacks.enable_fit_callbacks(progress.keras_callbacks))
+  # Workers whose models or versions differ are refused, naming what (tfdist.strategies._fingerprint).
   task_imports.after_import("tensorflow", lambda _: importlib.import_module(
       "tfdist.strategies._fingerprint").enable_for_every_scope())
 
