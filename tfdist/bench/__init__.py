@@ -11,7 +11,10 @@
 - `candidates`: the ways of training on one machine, timed side by side;
 - `decision`: `tfdist advise`'s decision table (`decide`);
 - `advice_check`: an advice held to longer measurements (`check`);
-- `advise`: the measuring processes and `tfdist.advise`.
+- `advise`: the measuring processes and `tfdist.advise`;
+- the all-reduce family (`all_reduce_schedule`, `textbook_cost`, `run_all_reduce`):
+  all-to-all, master-worker, tree, round-robin, butterfly and ring, counted
+  round by round and run with TensorFlow's sends and receives (notebook 06).
 
 Every timer here uses `tfdist.training.timing`'s epoch clock, which `tfdist train` uses
 too. Nothing here asserts a speed; `tfdist bench`, `tfdist scale` and the scripts
@@ -20,11 +23,18 @@ in `benchmarks/` print and save ratios.
 
 import importlib
 
+# Plain Python until run_all_reduce is called: importing them loads no TensorFlow.
+from tfdist.bench._all_reduce_family import (ALL_REDUCE_ALGORITHMS, AllReduceCost,
+                                             AllReduceSchedule, AllReduceMessage, all_reduce_schedule,
+                                             run_all_reduce, textbook_cost)
+
 # Public submodules, loaded on first use: `import tfdist.bench` loads no TensorFlow.
 # `_advice` and `_advice_check` are reached through `tfdist.advise`.
 _SUBMODULES = ("allreduce", "candidates", "collectives", "decision", "harness", "memory",
                "models", "overhead", "scale", "scaling_model")
-__all__ = list(_SUBMODULES)
+__all__ = list(_SUBMODULES) + ["ALL_REDUCE_ALGORITHMS", "AllReduceCost", "AllReduceSchedule",
+                               "AllReduceMessage", "all_reduce_schedule", "run_all_reduce",
+                               "textbook_cost"]
 
 
 def __getattr__(name):
