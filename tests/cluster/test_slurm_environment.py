@@ -1,5 +1,9 @@
 """tfdist.cluster._slurm: SLURM's environment to a cluster, on CPU-only nodes."""
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from tfdist.cluster import _slurm as slurm
@@ -95,3 +99,19 @@ def test_tensorflow_resolver_fails_on_cpu_only_nodes(monkeypatch):
   monkeypatch.setenv("SLURM_NTASKS", "4")
   with pytest.raises(ValueError, match="range\\(\\) arg 3 must not be zero"):
     tf_slurm.SlurmClusterResolver(gpus_per_node=0, gpus_per_task=0).cluster_spec()
+
+
+def test_plain_node_names_are_read_without_tensorflow():
+  # `tfdist task` wraps every task of tfdist's sbatch script: on one node, or nodes
+  # listed plainly, its wrapper builds the cluster without importing TensorFlow.
+  env = step_env(2, nodelist="node1,node2", tasks_per_node="2,1", ntasks=3)
+  code = ("import json, sys; from tfdist.cluster import _slurm as slurm; "
+          f"spec = slurm.cluster_spec_from_slurm({env!r}); "
+          "print(json.dumps([spec.jobs['worker'], 'tensorflow' in sys.modules]))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+  assert out.returncode == 0, out.stderr
+  assert json.loads(out.stdout) == [["node1:21234", "node1:21235", "node2:21234"], False]
+  # As TensorFlow's parser reads the compressed form.
+  assert slurm.cluster_spec_from_slurm(step_env(2, nodelist="node[1-2]", tasks_per_node="2,1",
+                                                ntasks=3)).jobs["worker"] == \
+      ("node1:21234", "node1:21235", "node2:21234")

@@ -22,9 +22,14 @@ def test_render_fills_every_field():
   assert "#SBATCH --ntasks=4" in script and "#SBATCH --job-name=demo" in script
   assert "#SBATCH --partition=gpu" in script and "#SBATCH --time=5" in script
   assert "export TFDIST_SLURM_NUM_PS=1" in script
-  assert "srun --kill-on-bad-exit=1 --label --ntasks=4 $tfdist_net python train.py --epochs=3" \
-      in script  # $tfdist_net: the private network on one node, else nothing.
+  # $tfdist_net: the private network on one node, else nothing. Each task through
+  # `tfdist task`: its TF_CONFIG, the task site, the stall watchdog beside it.
+  assert ("srun --kill-on-bad-exit=1 --label --ntasks=4 $tfdist_net "
+          f"{sys.executable} -m tfdist task -- python train.py --epochs=3") in script
   assert not re.search(r"\$\{\w+\}", script)  # No field left (the shell's own have :-).
+  # One task is no cluster: its command runs as it is.
+  assert "--ntasks=1 $tfdist_net python train.py\n" in sbatch.render(
+      ["python", "train.py"], ntasks=1, output="o")
 
 
 def test_a_node_that_refuses_the_private_network_runs_on_its_own_network(tmp_path):
@@ -76,6 +81,8 @@ def test_multi_worker_recipe_trains_under_sbatch(slurm, tmp_path):
   finals = dict(re.findall(r"^(\d): worker:\d (final loss .*)$", result.stdout, re.M))
   assert set(finals) == {"0", "1"}
   assert finals["0"] == finals["1"]  # Synchronous: identical on both SLURM tasks.
+  # Both tasks joined: their records reached the launcher, which says nothing.
+  assert "No two tasks ever joined" not in result.stdout and "trains alone" not in result.stdout
 
 
 @pytest.mark.slow
@@ -233,5 +240,46 @@ def test_data_workers_need_a_template_with_a_place_for_them(tmp_path):
     sbatch.render(["python", "t.py"], ntasks=2, output="o", data_workers=2,
                  template=str(template))
   # Without data workers an old template still renders.
-  assert "srun python t.py" in sbatch.render(["python", "t.py"], ntasks=2, output="o",
-                                            template=str(template))
+  assert f"srun {sys.executable} -m tfdist task -- python t.py" in sbatch.render(
+      ["python", "t.py"], ntasks=2, output="o", template=str(template))
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_stalled_task_dumps_its_stacks_says_where_it_is_and_ends_the_job(slurm, tmp_path):
+  # Before: the script ran the command under srun alone, and a stalled job waited for
+  # its time limit (here --timeout's 124). Now `tfdist task` watches each task beside
+  # it; worker 1 blocks forever in wait_forever after 3 steps.
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", "--slurm", "--workers=2", "--stall_timeout=2", "--timeout=120",
+      f"--workdir={tmp_path}", "--",
+      *helpers.python(os.path.join(helpers.SCRIPTS, "stall_loop.py"), str(tmp_path))),
+      timeout=200, env={"SLURM_CONF": slurm.conf, "TFDIST_GRACE_PERIOD": "2"})
+  out = result.stdout
+  # srun ends the step once a task exits 3, and reports its highest exit code: 143
+  # (SIGTERM) when it stopped the other task before that one's own watchdog ended it.
+  assert result.returncode in (3, 143), out[-3000:]
+  assert re.search(r"SLURM job \d+ ended FAILED, exit code (3|143)$", out, re.M), out[-3000:]
+  assert "1: tfdist task: worker:1's Python stacks:" in out, out[-3000:]
+  assert re.search(r"^1: tfdist task: stalled: no training step completed anywhere for \d+s "
+                   r".*; worker:1 is not waiting inside TensorFlow .*: it is in wait_forever \(",
+                   out, re.M), out[-3000:]
+
+
+MIRRORED = "import tensorflow as tf; tf.distribute.MirroredStrategy()"
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_job_in_which_no_two_tasks_joined_a_collective_is_named_at_its_end(slurm, tmp_path):
+  # Before: each task said its own line, and the launch ended in silence.
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", "--slurm", "--workers=2", "--timeout=120", f"--workdir={tmp_path}", "--",
+      *helpers.python("-c", MIRRORED)), timeout=200, env={"SLURM_CONF": slurm.conf})
+  out = result.stdout
+  assert result.returncode == 0, out[-3000:]  # Warn: the default.
+  assert re.search(r"^0: .*This task \(worker:0\) trains alone: MirroredStrategy reads no "
+                   r"TF_CONFIG", out, re.M), out[-3000:]
+  assert re.search(r"^\[tfdist launch\] No two tasks ever joined a collective: .* none did",
+                   out, re.M), out[-3000:]
+  assert not list(tmp_path.glob("tfdist-joined-*"))  # The records' folder is gone.

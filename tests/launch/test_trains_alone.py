@@ -77,6 +77,21 @@ def test_the_job_note_needs_two_tasks_that_joined(tmp_path):
   assert trains_alone.job_note(str(tmp_path)) is None
 
 
+def test_records_carried_from_another_node_are_records_only(tmp_path):
+  # A Ray task's actor hands its node's records back; the launcher writes only record names.
+  node, launcher = tmp_path / "node", tmp_path / "launcher"
+  node.mkdir()
+  launcher.mkdir()
+  for name in ("worker-0.joined", "worker-1.tensorflow", "notes.txt"):
+    (node / name).touch()
+  assert trains_alone.records(str(node)) == ["worker-0.joined", "worker-1.tensorflow"]
+  trains_alone.add_records(str(launcher), trains_alone.records(str(node)) + [
+      "../escaped.joined", "/tmp/x.joined", "worker-0.joined/..", None])
+  assert sorted(os.listdir(launcher)) == ["worker-0.joined", "worker-1.tensorflow"]
+  assert not (tmp_path / "escaped.joined").exists()
+  assert trains_alone.job_note(str(launcher)).endswith("Received: 1 of the tasks joined")
+
+
 @pytest.mark.slow
 def test_mirrored_strategy_and_no_strategy_are_told_and_the_launcher_says_none_joined():
   result = helpers.run(helpers.tfdist_cli("launch", "--workers=2", "--keras=keras3",

@@ -21,6 +21,7 @@ Example (inside `srun -n 2 python train.py`):
 """
 
 import os
+import re
 from typing import List, Mapping, Optional
 
 from tfdist.cluster import environment
@@ -43,6 +44,11 @@ def in_slurm_step(environ: Optional[Mapping[str, str]] = None) -> bool:
 
 
 def _expand(environ: Mapping[str, str]):
+  nodelist, tasks = environ["SLURM_STEP_NODELIST"], environ["SLURM_STEP_TASKS_PER_NODE"]
+  # Plain names and counts ('n1,n2', '2,1'): no TensorFlow to import in the
+  # wrapper of every task (`tfdist task` under tfdist's sbatch script).
+  if re.fullmatch(r"[^\[\],]+(,[^\[\],]+)*", nodelist) and re.fullmatch(r"\d+(,\d+)*", tasks):
+    return nodelist.split(","), [int(count) for count in tasks.split(",")]
   # TF's own hostlist parsing is right; only its task-to-GPU mapping is not.
   nodes = tf_internals.expand_slurm_hostlist(environ["SLURM_STEP_NODELIST"])
   per_node = tf_internals.expand_slurm_tasks_per_node(environ["SLURM_STEP_TASKS_PER_NODE"])

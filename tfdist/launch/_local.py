@@ -25,7 +25,6 @@ the job stops, because trainers would wait for their data forever.
 import os
 import shutil
 import sys
-import tempfile
 from typing import Mapping, Optional, Sequence, TextIO
 
 from tfdist import cluster as cluster_lib
@@ -137,27 +136,13 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec, *,
   training = sum(1 for task in spec.tasks() if supervision.trains(spec, task))
   stall_timeout = watchdog.resolve_timeout(stall_timeout, training, env)
   # Where the tasks record building a strategy over the cluster (tfdist.launch._trains_alone).
-  joined_dir = tempfile.mkdtemp(prefix="tfdist-joined-")
-  env[trains_alone.JOINED_DIR_ENV] = joined_dir
-  try:
+  with trains_alone.joined_folder(env) as joined_dir:
     cluster = supervision.Cluster(command, spec, env, output or sys.stdout, grace_period,
                                   data_service, stall_timeout=stall_timeout)
     with private_network.enter(network, spec, cluster.report) as prefix:
       cluster.prefix = prefix
       code = cluster.run(timeout, max_restarts)
-    return _unless_trained_alone(code, joined_dir, env, cluster.report)
-  finally:
-    shutil.rmtree(joined_dir, ignore_errors=True)
-
-
-def _unless_trained_alone(code: int, joined_dir: str, env, report) -> int:
-  """`code`, after saying when no two tasks joined; TRAINS_ALONE_EXIT_CODE for a pass in error mode."""
-  note = trains_alone.job_note(joined_dir)
-  if note is None:
-    return code
-  report(note)
-  error = trains_alone.mode(env) == "error"
-  return trains_alone.TRAINS_ALONE_EXIT_CODE if error and code == 0 else code
+    return trains_alone.job_end(code, joined_dir, env, cluster.report)
 
 
 class LocalLauncher(launcher_lib.Launcher):

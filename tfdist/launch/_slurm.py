@@ -6,9 +6,19 @@ users read and copy it, is a link to it, checked by a test), submits it,
 streams the job's output as it grows, and returns the job's exit code. The
 script it submits runs
 
-    srun --kill-on-bad-exit=1 --label --ntasks=N python train.py
+    srun --kill-on-bad-exit=1 --label --ntasks=N python -m tfdist task -- python train.py
 
 so every task's line starts with its rank, and one failing task ends the job.
+`tfdist task` (`tfdist.cli.task`) gives each task its `TF_CONFIG`, built from
+SLURM's variables (`tfdist.cluster._slurm`), and tfdist's task site, and in a
+job of two or more training tasks watches its steps for stalls beside it
+(`tfdist.launch.watchdog.watch_task`; `--stall_timeout` reaches it as
+`TFDIST_STALL_TIMEOUT`): a stalled task prints its stacks and where it is,
+and exits 3, which ends the step. At the end the launch says when no two
+tasks ever joined a collective (`tfdist.launch._trains_alone`; the tasks
+leave their records in a folder of the job's work directory, which its nodes
+share, as they share the job's output). A job of one task runs its command
+as it is.
 
 The script goes to sbatch on stdin, as rendered; a copy for the user to read is
 written beside the job's output under a fresh name, readable by its owner only.
@@ -35,6 +45,7 @@ from tfdist.cluster import _slurm as slurm_cluster
 from tfdist.launch import _exposure as exposure
 from tfdist.launch import _launcher as launcher_lib
 from tfdist.launch import _task_keras as task_keras
+from tfdist.launch import _trains_alone as trains_alone
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "slurm.sbatch")
 _POLL_SECONDS = 1.0
@@ -150,6 +161,8 @@ def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
         data_worker_output=shlex.quote(f"{output}.data_worker_%t"),
         service_env=data_service_lib.SERVICE_ENV,
         job_env=data_service_lib.JOB_ENV, protocol=data_service_lib.PROTOCOL)
+  if ntasks > 1:  # A step of one task is no cluster `tfdist task` knows (`tfdist.cluster._slurm`).
+    command = [sys.executable, "-m", "tfdist", "task", "--", *command]
   try:
     return string.Template(text).substitute(
         job_name=job_name, ntasks=ntasks, output=shlex.quote(output), time_minutes=time_minutes,
@@ -236,12 +249,19 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
     keras: the tasks' Keras (see `tfdist.launch._task_keras`); sbatch exports it.
     **render_options: passed to `render` (job_name, time_minutes, template, ...).
 
+  Returns:
+    The job's exit code; 124 after `timeout`; TRAINS_ALONE_EXIT_CODE of
+    `tfdist.launch._trains_alone` for a job that passed although no two tasks
+    joined a collective, under TFDIST_TRAINS_ALONE=error.
+
   Raises:
     SlurmError: sbatch failed, e.g. no SLURM controller.
+    ValueError: a bad TFDIST_TRAINS_ALONE, or what `render` refuses.
   """
   output = output or sys.stdout
   base = os.environ if env is None else env
   env = {**base, **task_keras.variables(keras, base)}
+  trains_alone.mode(env)  # A bad TFDIST_TRAINS_ALONE fails now, not after the job.
   workdir = os.path.abspath(workdir or os.getcwd())
   log_path = os.path.join(workdir, "tfdist-slurm-%j.out")
   script = render(command, ntasks=ntasks, num_ps=num_ps, output=log_path, **render_options)
@@ -250,13 +270,25 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
                                              dir=workdir)
   with os.fdopen(descriptor, "w") as f:
     f.write(script)
-  # sbatch reads what was rendered, not a file someone could change in between.
-  job_id = _run(["sbatch", "--parsable", f"--chdir={workdir}"], env,
-                script).strip().split(";")[0]
-  output.write(f"[tfdist launch] submitted SLURM job {job_id} ({script_path})\n")
-  output.write(f"[tfdist launch] {exposure.warning('slurm', _ports(job_id, ntasks, env))}\n")
-  output.flush()
-  log_path = log_path.replace("%j", job_id)
+
+  def report(line: str) -> None:
+    output.write(f"[tfdist launch] {line}\n")
+    output.flush()
+
+  # The tasks' records of joining a collective, where every node reads the job's files.
+  with trains_alone.joined_folder(env, parent=workdir) as joined_dir:
+    # sbatch reads what was rendered, not a file someone could change in between.
+    job_id = _run(["sbatch", "--parsable", f"--chdir={workdir}"], env,
+                  script).strip().split(";")[0]
+    report(f"submitted SLURM job {job_id} ({script_path})")
+    report(exposure.warning("slurm", _ports(job_id, ntasks, env)))
+    code = _follow(job_id, log_path.replace("%j", job_id), timeout, env, output)
+    return trains_alone.job_end(code, joined_dir, env, report)
+
+
+def _follow(job_id: str, log_path: str, timeout: Optional[float], env: Mapping[str, str],
+            output: TextIO) -> int:
+  """Streams the job's output until it ends (or is cancelled after `timeout`); its exit code."""
   deadline = None if timeout is None else time.monotonic() + timeout
   position = 0
   while True:

@@ -10,8 +10,12 @@ chief or worker (and no parameter servers, whose workers serve instead):
 - building such a strategy, or starting such a `fit`, logs one line on that
   task naming it and the fix (`tf.distribute.MultiWorkerMirroredStrategy()`,
   or `tfdist.make_strategy("multi_worker_mirrored")`), once per task;
-- at the end of the job the local launcher says so when no two tasks ever
-  built a strategy over the cluster (`job_note`).
+- at the end of the job the launcher says so when no two tasks ever built a
+  strategy over the cluster (`job_note`): each task leaves a record in a
+  folder the launcher made (`joined_folder`); a local or SLURM launch reads
+  it (under SLURM in the job's work directory, which its nodes share), a Ray
+  launch has each task's actor carry its node's records back (`records`,
+  `add_records`).
 
 Both warn by default: a launch may run programs that never train. With
 `TFDIST_TRAINS_ALONE=error` (or `tfdist launch --trains_alone=error`) the
@@ -24,10 +28,14 @@ Example (in a task of a 2-worker TF_CONFIG):
     # WARNING tfdist: This task (worker:1) trains alone: MirroredStrategy reads no TF_CONFIG ...
 """
 
+import contextlib
 import json
 import logging
 import os
-from typing import Mapping, Optional, Tuple
+import re
+import shutil
+import tempfile
+from typing import Callable, Iterable, Iterator, List, Mapping, MutableMapping, Optional, Tuple
 
 from tfdist.cluster import _slurm as slurm
 
@@ -41,6 +49,8 @@ TRAINS_ALONE_EXIT_CODE = 1
 # Strategies that build their replicas on this machine only, whatever TF_CONFIG says.
 _LOCAL_STRATEGIES = ("MirroredStrategy", "OneDeviceStrategy", "CentralStorageStrategy")
 _told = []  # Whether this task was told already: one line per task.
+# What a task may leave in the folder: "<type>-<index>.<what>" (`_record`).
+_RECORD = re.compile(r"(chief|worker)-\d+\.(joined|tensorflow)")
 
 
 def mode(environ: Optional[Mapping[str, str]] = None) -> str:
@@ -185,3 +195,53 @@ def job_note(directory: str, environ: Optional[Mapping[str, str]] = None) -> Opt
           f"Build tf.distribute.MultiWorkerMirroredStrategy() in the script (see the tasks' "
           f"lines above); {TRAINS_ALONE_ENV}=error makes this an error. Received: "
           f"{len(joined)} of the tasks joined")
+
+
+@contextlib.contextmanager
+def joined_folder(env: MutableMapping[str, str], parent: Optional[str] = None) -> Iterator[str]:
+  """A new folder (0700) for the tasks' records, named in `env` as JOINED_DIR_ENV; removed after.
+
+  `parent`: where to make it (SLURM: the job's work directory, which its nodes
+  share; default: the temp directory).
+  """
+  directory = tempfile.mkdtemp(prefix="tfdist-joined-", dir=parent)
+  env[JOINED_DIR_ENV] = directory
+  try:
+    yield directory
+  finally:
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def records(directory: str) -> List[str]:
+  """The records tasks left in `directory`, for a launcher to carry from another node."""
+  names = os.listdir(directory) if os.path.isdir(directory) else []
+  return sorted(n for n in names if _RECORD.fullmatch(n))
+
+
+def add_records(directory: str, names: Iterable[str]) -> None:
+  """Leaves `names` (from `records` on a task's node) in the launcher's `directory`.
+
+  Anything but a record's name (a path, say) is ignored: it came from another machine.
+  """
+  for name in names:
+    if isinstance(name, str) and _RECORD.fullmatch(name) and os.path.isdir(directory):
+      with open(os.path.join(directory, name), "w"):
+        pass
+
+
+def job_end(code: int, directory: str, environ: Mapping[str, str],
+            report: Callable[[str], None]) -> int:
+  """`code`, once `report` had `job_note`'s line; TRAINS_ALONE_EXIT_CODE for a pass in error mode.
+
+  Example (a launcher, at the end of its job):
+
+      with joined_folder(env) as directory:
+        code = run_the_tasks(env)
+        return job_end(code, directory, env, report)
+  """
+  note = job_note(directory)
+  if note is None:
+    return code
+  report(note)
+  error = mode(environ) == "error"
+  return TRAINS_ALONE_EXIT_CODE if error and code == 0 else code
