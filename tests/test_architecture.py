@@ -152,6 +152,7 @@ INVENTORY = {
     "BackupAndRestore._prev_weights_path", "BackupAndRestore._prev_training_metadata_path",
     "BackupAndRestore._last_batch_seen", "EpochIterator._enumerate_iterator",
     "EpochIterator._num_batches", "TFDatasetAdapter._dataset",
+    "TFOptimizer._all_reduce_sum_gradients",  # Local SGD: each replica's own gradients.
     # keras_callbacks.py (Keras 3's own callbacks, written once under multi-worker strategies)
     "keras.src.callbacks", "ModelCheckpoint._save_model", "ModelCheckpoint._get_file_path",
 }
@@ -231,7 +232,7 @@ def test_every_private_symbol_used_is_in_the_inventory():
   listed_modules = {name for name in INVENTORY if name.startswith(PRIVATE_MODULES)}
   ours = {"_originals", "_assign_originals", "_checkpoint_originals", "_restore_variable_methods",
           "_original", "_may_patch", "_reduce_per_replica", "_one_step_per_execution",
-          "_BACKUP_PATHS", "_EnableAfterImport",
+          "_BACKUP_PATHS", "_EnableAfterImport", "_own_gradients",
           # tfdist's own state on Keras's callbacks (keras_callbacks.py).
           "_tfdist_log_dirs", "_tfdist_own", "_tfdist_position"}
   unlisted = {u for u in used if u not in listed_attributes | listed_modules | ours}
@@ -266,7 +267,7 @@ LAYERS = (
     ("bench",),
     ("_doctor", "training"),
     ("launch", "strategies", "data"),
-    ("_keras_support", "devices", "placement", "cluster", "_folders", "progress"),
+    ("_keras_support", "devices", "placement", "cluster", "_folders", "progress", "_step_times"),
     ("internals", "output", "_registry"),
 )
 

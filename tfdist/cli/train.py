@@ -58,6 +58,18 @@ _ACCUMULATE_STEPS = flags.DEFINE_integer(
     "accumulate_steps", 1, "Compute each global batch in this many micro-batches per replica "
     "and update once, with the gradient of the whole batch (memory for 1/K of it).",
     lower_bound=1)
+_SYNC_EVERY = flags.DEFINE_integer(
+    "sync_every", 0, "Local SGD (mirrored, multi_worker_mirrored): each replica applies its "
+    "own gradients, and the weights are averaged every this many steps; 0: every step "
+    "all-reduces the gradients.", lower_bound=0)
+_OUTER_OPTIMIZER = flags.DEFINE_enum(
+    "outer_optimizer", "none", ["none", "nesterov"], "With --sync_every: none (local SGD: "
+    "average the weights) or nesterov (DiLoCo: the averaged change since the last sync "
+    "applied by SGD with Nesterov momentum).")
+_OUTER_LEARNING_RATE = flags.DEFINE_float("outer_learning_rate", 0.7, "DiLoCo's outer "
+                                          "learning rate.", lower_bound=0)
+_OUTER_MOMENTUM = flags.DEFINE_float("outer_momentum", 0.9, "DiLoCo's outer Nesterov "
+                                     "momentum.", lower_bound=0, upper_bound=1)
 _PRECISION = flags.DEFINE_enum(
     "precision", "float32", list(precision.POLICIES), "Keras dtype policy: mixed ones compute "
     "in 16 bits and keep float32 variables (mixed_float16 adds loss scaling).")
@@ -191,6 +203,8 @@ def main(argv):
         tensorboard_dir=_TENSORBOARD_DIR.value, export_dir=_EXPORT_DIR.value,
         evaluator=_EVALUATOR.value, precision=_PRECISION.value,
         compress_gradients=_COMPRESS_GRADIENTS.value, accumulate_steps=_ACCUMULATE_STEPS.value,
+        sync_every=_SYNC_EVERY.value, outer_optimizer=_OUTER_OPTIMIZER.value,
+        outer_learning_rate=_OUTER_LEARNING_RATE.value, outer_momentum=_OUTER_MOMENTUM.value,
         keras=keras)
   except ValueError as e:
     print(f"tfdist train: {e}", file=sys.stderr)

@@ -72,6 +72,10 @@ PATCHES = {
     # A distributed iterator cannot be checkpointed, so a resumed fit replays
     # its input (tensorflow/tensorflow#56372).
     "input_replay": "tensorflow/tensorflow#56372",
+    # Keras 3 optimizers always all-reduce under tf.distribute; tf_keras's
+    # skip_gradients_aggregation is gone (keras-team/keras#19308). Local SGD
+    # applies each replica's own gradients.
+    "local_updates": "keras-team/keras#19308",
 }
 # Patches written against one Keras's own code, tested with it alone.
 _TESTED_FOR = {"input_replay": ((3, 15), (3, 15))}
@@ -225,6 +229,34 @@ def _one_step_per_execution(method):
   wrapper.__name__ = method.__name__
   wrapper.__doc__ = method.__doc__
   return wrapper
+
+
+# --- Keras 3 optimizers that apply each replica's own gradients ----------------
+
+def enable_local_updates(optimizer) -> bool:
+  """Makes this Keras 3 `optimizer` apply each replica's gradients without the all-reduce.
+
+  Keras 3's TensorFlow optimizer sums the gradients across replicas in every
+  `apply` (`TFOptimizer._all_reduce_sum_gradients`), with no switch like
+  tf_keras's `skip_gradients_aggregation` (keras-team/keras#19308). Local
+  SGD (`tfdist.training.local_sgd`) needs each replica to step on its own:
+  on this optimizer instance only, the sum is left out; every replica's
+  update still goes through the strategy (`extended.update`) to its own copy.
+  """
+  if not _may_patch("local_updates"):
+    return False
+  optimizer._all_reduce_sum_gradients = _own_gradients  # pylint: disable=protected-access
+  return True
+
+
+def disable_local_updates(optimizer) -> None:
+  """Puts the optimizer's own all-reduce back."""
+  if vars(optimizer).get("_all_reduce_sum_gradients") is _own_gradients:
+    del optimizer._all_reduce_sum_gradients  # pylint: disable=protected-access
+
+
+def _own_gradients(grads_and_vars):
+  return list(grads_and_vars)
 
 
 # --- Keras 3 variables on parameter servers ---------------------------------

@@ -20,6 +20,7 @@ import tensorflow as tf
 import tf_keras
 
 from tfdist.training import accumulation
+from tfdist.training import _local_sgd as local_sgd
 from tfdist.training import checkpoints
 from tfdist import data
 from tfdist.cluster import _elastic as elastic
@@ -228,6 +229,10 @@ def _build(config: TrainConfig, strategy, model_fn, steps_per_epoch: int):
       compression.compress_gradients(model.optimizer)
     if config.accumulate_steps > 1:  # Before synchronise_once, which then keeps this step.
       accumulation.accumulate(model, config.accumulate_steps)
+    if config.sync_every:  # Local SGD or DiLoCo; synchronise_once then keeps this step.
+      local_sgd.local_sgd(model, config.sync_every, outer_optimizer=config.outer_optimizer,
+                          outer_learning_rate=config.outer_learning_rate,
+                          outer_momentum=config.outer_momentum)
     if flavour == keras_support.TF_KERAS:
       fit_step.synchronise_once(model, strategy)
   return model, keras, compiled_here

@@ -48,6 +48,8 @@ class SyncRunner(runner.Loop):
       logger.info("Resumed the input at pass %d, batch %d (%d batches skipped in %.2fs)",
                   max(1, iterators), batches, batches, skipped)
     self._new_pass_each_epoch = steps_per_epoch is None
+    if self.local_sgd is not None:
+      self.local_sgd.begin()  # The last sync point, from the optimizer's restored iterations.
 
   def _train_epoch(self, steps: Optional[int], last: bool) -> Dict[str, float]:
     totals = self._run("train", self._step_fn, self._iterator, steps)
@@ -73,8 +75,12 @@ class SyncRunner(runner.Loop):
     done = 0
     while steps is None or done < steps:
       chunk = self.steps_per_loop if steps is None else min(self.steps_per_loop, steps - done)
+      if kind == "train" and self.local_sgd is not None:  # A loop ends where a sync falls.
+        chunk = min(chunk, self.local_sgd.steps_to_sync())
       ran = self._run_loop(kind, step_fn, iterator, chunk)
       if kind == "train":
+        if self.local_sgd is not None:
+          self.local_sgd.steps_done()  # Before a checkpoint: it holds the synced weights.
         self.step.assign_add(ran)
         self.input_batches.assign_add(ran)
         progress.step_done(ran)  # For the launcher's stall watchdog.

@@ -1,0 +1,73 @@
+"""Local SGD and DiLoCo under 2-worker MultiWorkerMirrored; prints one JSON line starting with RESULT.
+
+Usage: python local_sgd_train.py   (once per task, TF_CONFIG set by `tfdist launch`)
+
+For tf_keras and Keras 3 `fit` on 100 examples in global batches of 32 (the
+last one has 4), 2 epochs (8 steps), plain SGD: local SGD with sync_every=1
+against one device on the same batches (the largest weight difference);
+sync_every=3 (8 steps end 2 past a sync) against DiLoCo with outer learning
+rate 1 and momentum 0; and a digest of this worker's weights between syncs
+and right after one more sync.
+"""
+
+import hashlib
+import json
+
+import numpy as np
+
+import tfdist
+
+strategy = tfdist.make_strategy("multi_worker_mirrored")  # Before any other TF op.
+
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+import keras  # pylint: disable=g-import-not-at-top
+
+rng = np.random.default_rng(0)
+x = rng.random((100, 4)).astype("float32")
+y = (x @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32")).astype("float32")
+data = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+
+
+def compiled(library, scope):
+  library.utils.set_random_seed(0)
+  with scope.scope():
+    model = library.Sequential([library.Input((4,)), library.layers.Dense(3, activation="tanh"),
+                                library.layers.Dense(1)])
+    model.compile(optimizer=library.optimizers.SGD(0.1), loss="mse")
+  return model
+
+
+def local_weights(model):
+  """This worker's own copy (get_weights would too, but say it plainly)."""
+  return [strategy.experimental_local_results(v if isinstance(v, tf.Variable) else v.value)[0]
+          .numpy() for v in model.trainable_variables]
+
+
+def difference(a, b):
+  return max(float(np.abs(p - q).max()) for p, q in zip(a, b))
+
+
+def digest(weights):
+  return hashlib.sha256(b"".join(np.ascontiguousarray(w).tobytes() for w in weights)).hexdigest()
+
+
+result = {}
+for name, library in (("tf_keras", tfdist.keras), ("keras3", keras)):
+  reference = compiled(library, tf.distribute.get_strategy())
+  reference.fit(data, epochs=2, verbose=0)
+  synchronous = tfdist.training.local_sgd(compiled(library, strategy), sync_every=1)
+  synchronous.fit(data, epochs=2, verbose=0)
+  local = tfdist.training.local_sgd(compiled(library, strategy), sync_every=3)
+  local.fit(data, epochs=2, verbose=0)
+  diloco = tfdist.training.local_sgd(compiled(library, strategy), sync_every=3,
+                                     outer_optimizer="nesterov", outer_learning_rate=1.0,
+                                     outer_momentum=0.0)
+  diloco.fit(data, epochs=2, verbose=0)
+  between = local_weights(local)
+  diloco_difference = difference(between, local_weights(diloco))
+  local.fit(data.take(1), epochs=1, verbose=0)  # Step 9: a sync.
+  result[name] = {
+      "synchronous_difference": difference(local_weights(synchronous), reference.get_weights()),
+      "diloco_difference": diloco_difference,
+      "between_syncs": digest(between), "after_sync": digest(local_weights(local))}
+print("RESULT " + json.dumps(result), flush=True)

@@ -1,0 +1,167 @@
+"""tfdist.training._local_sgd: local SGD and DiLoCo, held to synchronous training where they must equal it.
+
+The anchor: with sync_every=1, plain SGD and no outer optimizer, local SGD is
+synchronous training, so it must equal one device on the global batches to
+1e-5. DiLoCo with outer learning rate 1 and momentum 0 is local SGD. In
+process the replicas are MirroredStrategy's over two logical CPUs; the slow
+test runs a real 2-worker MultiWorkerMirrored cluster under `tfdist launch`.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import helpers
+import tfdist
+from tfdist.training import loop as loop_lib
+
+KERASES = ["keras3", "tf_keras"]
+LOCAL_SGD_TRAIN = f"{helpers.SCRIPTS}/local_sgd_train.py"
+
+
+def _keras(flavour):
+  if flavour == "keras3":
+    import keras
+    return keras
+  return tfdist.keras
+
+
+def _data(n=100):  # Batches of 32: the last one has 4 examples.
+  rng = np.random.default_rng(0)
+  x = rng.random((n, 4)).astype("float32")
+  y = (x @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32")).astype("float32")
+  return tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+
+
+def _compiled(keras, strategy, optimizer=None):
+  keras.utils.set_random_seed(0)
+  with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="tanh"),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer=optimizer or keras.optimizers.SGD(0.1), loss="mse",
+                  metrics=["mae"])
+  return model
+
+
+def _difference(a, b):
+  return max(float(np.abs(x - y).max()) for x, y in zip(a, b))
+
+
+def _copies(strategy, variable):
+  """The replicas' copies of a variable (Keras 3's wraps a TF variable)."""
+  variable = variable if isinstance(variable, tf.Variable) else variable.value
+  return [copy.numpy() for copy in strategy.experimental_local_results(variable)]
+
+
+def _replica_spread(strategy, model):
+  """The largest difference between the two replicas' copies of the weights."""
+  return max(float(np.abs(a - b).max())
+             for a, b in (_copies(strategy, v) for v in model.trainable_variables))
+
+
+@pytest.mark.parametrize("flavour", KERASES)
+def test_every_step_synced_with_sgd_is_synchronous_training(flavour):
+  """fit and the Loop at sync_every=1 equal one device; H>1 replicas part, a sync joins them."""
+  keras = _keras(flavour)
+  reference = _compiled(keras, tf.distribute.get_strategy())
+  reference_history = reference.fit(_data(), epochs=2, verbose=0).history
+  strategy = tfdist.make_strategy("mirrored")
+  model = tfdist.training.local_sgd(_compiled(keras, strategy), sync_every=1)
+  history = model.fit(_data(), epochs=2, verbose=0).history
+  assert _difference(model.get_weights(), reference.get_weights()) < 1e-5
+  np.testing.assert_allclose(history["loss"], reference_history["loss"], rtol=1e-5)
+  # The loop, likewise.
+  model = _compiled(keras, strategy)
+  loop = loop_lib.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
+                       optimizer=model.optimizer, sync_every=1, steps_per_loop=2)
+  loop.fit(_data(), epochs=2, verbose=False)
+  assert _difference(model.get_weights(), reference.get_weights()) < 1e-5
+  # Every 3 steps: 8 steps end 2 past a sync, the replicas apart; a sync joins them.
+  local = tfdist.training.local_sgd(_compiled(keras, strategy), sync_every=3)
+  local.fit(_data(), epochs=2, verbose=0)
+  assert _replica_spread(strategy, local) > 1e-3
+  diloco = tfdist.training.local_sgd(_compiled(keras, strategy), sync_every=3,
+                                     outer_optimizer="nesterov", outer_learning_rate=1.0,
+                                     outer_momentum=0.0)
+  diloco.fit(_data(), epochs=2, verbose=0)
+  # DiLoCo with outer learning rate 1 and no momentum is local SGD.
+  for a, b in zip(local.trainable_variables, diloco.trainable_variables):
+    np.testing.assert_allclose(_copies(strategy, a), _copies(strategy, b), atol=1e-5)
+  local.fit(_data().take(1), epochs=1, verbose=0)  # Step 9: a sync.
+  assert _replica_spread(strategy, local) == 0.0
+
+
+def test_a_resumed_loop_keeps_the_sync_point_and_the_outer_state(tmp_path):
+  keras, strategy = tfdist.keras, tfdist.make_strategy("mirrored")
+
+  def loop(directory):  # Plain SGD: the inner optimizer has no per-replica state to lose.
+    model = _compiled(keras, strategy)
+    return model, loop_lib.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
+                                optimizer=model.optimizer, sync_every=2,
+                                outer_optimizer="nesterov", checkpoint_dir=str(directory))
+
+  whole, whole_loop = loop(tmp_path / "whole")
+  whole_loop.fit(_data(), epochs=2, verbose=False)
+  _, first = loop(tmp_path / "resumed")
+  first.fit(_data(), epochs=1, verbose=False)  # 4 steps: a sync at 2 and 4, then saved.
+  resumed, second = loop(tmp_path / "resumed")
+  assert second.epoch.numpy() == 1 and second.local_sgd.steps_to_sync() == 2
+  second.fit(_data(), epochs=2, verbose=False)
+  assert _difference(resumed.get_weights(), whole.get_weights()) < 1e-6
+  # A checkpoint between syncs keeps where the next one falls.
+  _, third = loop(tmp_path / "resumed")
+  third.optimizer.iterations.assign(9)
+  third._save()  # pylint: disable=protected-access
+  assert loop(tmp_path / "resumed")[1].local_sgd.steps_to_sync() == 1
+
+
+def test_refusals_name_the_field_and_the_value():
+  keras = tfdist.keras
+  for name in ("one_device", "central_storage"):
+    model = _compiled(keras, tfdist.make_strategy(name))
+    with pytest.raises(ValueError, match=r"only multi_worker_mirrored and mirrored keep.*"
+                                         r"Received: (OneDevice|CentralStorage)"):
+      tfdist.training.local_sgd(model, sync_every=4)
+  strategy = tfdist.make_strategy("mirrored")
+  model = _compiled(keras, strategy)
+  with pytest.raises(ValueError, match=r"`sync_every` must be an integer >= 1.*sync_every=0"):
+    tfdist.training.local_sgd(model, sync_every=0)
+  with pytest.raises(ValueError, match=r"`outer_optimizer` must be one of.*'adam'"):
+    tfdist.training.local_sgd(model, sync_every=2, outer_optimizer="adam")
+  tfdist.training.accumulate(model, steps=2)
+  with pytest.raises(ValueError, match=r"do not combine.*accumulate_steps=2, sync_every=4"):
+    tfdist.training.local_sgd(model, sync_every=4)
+  with pytest.raises(ValueError, match=r"do not combine.*accumulate_steps=2, sync_every=4"):
+    loop_lib.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
+                  optimizer=model.optimizer, accumulate_steps=2, sync_every=4)
+  scaled = _compiled(keras, strategy, keras.mixed_precision.LossScaleOptimizer(
+      keras.optimizers.SGD(0.1)))
+  with pytest.raises(ValueError, match=r"LossScaleOptimizer.*Received: LossScaleOptimizer"):
+    tfdist.training.local_sgd(scaled, sync_every=4)
+  from tfdist.training import config
+  with pytest.raises(ValueError, match=r"`sync_every`.*Received: strategy='parameter_server'"):
+    config.TrainConfig(strategy="parameter_server", sync_every=4)
+  with pytest.raises(ValueError, match=r"`outer_optimizer`.*needs `sync_every`.*"
+                                       r"outer_optimizer='nesterov'"):
+    config.TrainConfig(strategy="multi_worker_mirrored", outer_optimizer="nesterov")
+
+
+@pytest.mark.slow
+def test_two_workers_train_locally_and_meet_at_each_sync():
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", "--workers=2", "--timeout=240", "--",
+      *helpers.python(LOCAL_SGD_TRAIN)), timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  results = {line.split("]")[0]: json.loads(line.split("RESULT ")[1])
+             for line in result.stdout.splitlines() if "RESULT " in line}
+  assert set(results) == {"[worker:0", "[worker:1"}, result.stdout[-3000:]
+  for flavour in ("tf_keras", "keras3"):
+    workers = [results[w][flavour] for w in ("[worker:0", "[worker:1")]
+    for worker in workers:
+      assert worker["synchronous_difference"] < 1e-5, results  # H=1 with SGD: synchronous.
+      assert worker["diloco_difference"] < 1e-5, results  # Outer lr 1, momentum 0: local SGD.
+    # Between syncs the workers' weights differ; right after one they are the same.
+    assert workers[0]["between_syncs"] != workers[1]["between_syncs"]
+    assert workers[0]["after_sync"] == workers[1]["after_sync"]

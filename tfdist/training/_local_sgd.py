@@ -1,0 +1,340 @@
+"""Local SGD and DiLoCo: each replica trains alone for `sync_every` steps, then they average.
+
+Under (multi-worker) mirrored strategies every step all-reduces the gradients:
+one round trip per step, which sets the pace on a slow link or with many
+workers. Local SGD lets each replica apply the gradient of its own share of
+the batch for H = `sync_every` steps, then averages the replicas' weights:
+one all-reduce of the weights every H steps instead of one of the gradients
+every step. DiLoCo (Douillard et al. 2023, "DiLoCo: Distributed
+Low-Communication Training of Language Models", arXiv:2311.08105) averages the
+change instead: the pseudo-gradient (the weights at the last sync minus the
+mean of the replicas' weights now) goes to an outer optimizer, SGD with
+Nesterov momentum (the paper's outer learning rate 0.7, momentum 0.9), which
+moves the weights of the last sync; every replica starts again from there.
+
+What each replica keeps for itself, as both methods say: its inner
+optimizer's state (Adam's moments). What every replica holds alike: DiLoCo's
+weights at the last sync and its outer momentum, two more copies of the
+trainable weights. They are variables of the inner optimizer
+(`add_variable_from_reference`), so Keras's `BackupAndRestore` (either
+Keras), tfdist's and the Loop's checkpoints keep them with the optimizer, and
+the optimizer's `iterations` says where the next sync falls: a job resumed
+from a backup written at a sync (e.g. at an epoch's end, when H divides the
+steps per epoch) continues exactly as one never stopped. A backup between
+syncs holds the chief's own weights, and every worker resumes from those.
+
+With sync_every=1, plain SGD and no outer optimizer, local SGD is ordinary
+synchronous training: the mean of the replicas' steps is the step on the mean
+gradient. Adam and other stateful optimizers differ even at H=1 (each
+replica's moments see its own gradients).
+
+Example:
+
+    >>> with strategy.scope():                       # multi_worker_mirrored
+    ...   model = make_model()
+    ...   model.compile(optimizer="adam", loss="mse")
+    >>> tfdist.training.local_sgd(model, sync_every=16, outer_optimizer="nesterov")
+    >>> model.fit(dataset, epochs=3)                # one average every 16 steps
+"""
+
+import logging
+import types
+from typing import Optional
+
+from tfdist import _keras_support as keras_support
+
+logger = logging.getLogger("tfdist")
+
+OUTER_OPTIMIZERS = ("none", "nesterov")
+# DiLoCo's outer Nesterov SGD (Douillard et al. 2023, section 3).
+OUTER_LEARNING_RATE = 0.7
+OUTER_MOMENTUM = 0.9
+# What `local_sgd` sets on the model: its LocalSGD.
+ATTRIBUTE = "_tfdist_local_sgd"
+
+
+def check_options(sync_every, outer_optimizer, outer_learning_rate=OUTER_LEARNING_RATE,
+                  outer_momentum=OUTER_MOMENTUM) -> str:
+  """The outer optimizer's name ("none" or "nesterov"); a ValueError naming a bad field."""
+  if isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 1:
+    raise ValueError("`sync_every` must be an integer >= 1 (local steps between averages). "
+                     f"Received: sync_every={sync_every!r}")
+  name = "none" if outer_optimizer is None else outer_optimizer
+  if name not in OUTER_OPTIMIZERS:
+    raise ValueError(f"`outer_optimizer` must be one of {list(OUTER_OPTIMIZERS)} or None "
+                     "(nesterov: DiLoCo's outer SGD with Nesterov momentum). Received: "
+                     f"outer_optimizer={outer_optimizer!r}")
+  if not outer_learning_rate > 0:
+    raise ValueError("`outer_learning_rate` must be > 0 (DiLoCo's is 0.7). Received: "
+                     f"outer_learning_rate={outer_learning_rate!r}")
+  if not 0 <= outer_momentum < 1:
+    raise ValueError("`outer_momentum` must be in [0, 1) (DiLoCo's is 0.9). Received: "
+                     f"outer_momentum={outer_momentum!r}")
+  return name
+
+
+def check_strategy(strategy) -> None:
+  """A ValueError unless `strategy` keeps one copy of the weights per replica."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if isinstance(strategy, (tf.distribute.MirroredStrategy,
+                           tf.distribute.MultiWorkerMirroredStrategy)):
+    return
+  why = ("parameter servers hold one copy of the weights, updated by every worker"
+         if isinstance(strategy, tf.distribute.ParameterServerStrategy) else
+         "it keeps one copy of the weights, not one per replica")
+  raise ValueError(
+      "Local SGD and DiLoCo (`sync_every`) average the replicas' own copies of the weights, "
+      f"which only multi_worker_mirrored and mirrored keep; under this strategy {why}: "
+      f"use multi_worker_mirrored or drop sync_every. Received: {type(strategy).__name__}")
+
+
+class LocalSGD:
+  """Local steps and the periodic average of one model's variables under one strategy.
+
+  Made in the strategy's scope, after the optimizer exists. `apply_local`
+  runs in a replica (inside a step); `steps_done` after steps, outside any
+  `tf.function`, averages when a sync is due.
+
+  Args:
+    strategy: a mirrored or multi-worker mirrored strategy.
+    variables: the trainable variables, as the optimizer is given them.
+    optimizer: the inner optimizer (either Keras); not a LossScaleOptimizer.
+    sync_every: local steps between averages (H).
+    outer_optimizer: "none" (local SGD: average the weights) or "nesterov" (DiLoCo).
+    outer_learning_rate, outer_momentum: DiLoCo's outer SGD.
+  """
+
+  def __init__(self, strategy, variables, optimizer, *, sync_every: int,
+               outer_optimizer: Optional[str] = None,
+               outer_learning_rate: float = OUTER_LEARNING_RATE,
+               outer_momentum: float = OUTER_MOMENTUM):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    self.outer_optimizer = check_options(sync_every, outer_optimizer, outer_learning_rate,
+                                         outer_momentum)
+    check_strategy(strategy)
+    if hasattr(optimizer, "inner_optimizer"):
+      raise ValueError("Local SGD takes the optimizer's own steps, and a LossScaleOptimizer "
+                       "(mixed_float16) skips steps together across replicas: train in "
+                       "float32 or mixed_bfloat16. Received: "
+                       f"{type(optimizer).__name__}")
+    self.strategy, self.optimizer = strategy, optimizer
+    self.sync_every = sync_every
+    self.outer_learning_rate, self.outer_momentum = outer_learning_rate, outer_momentum
+    self._keras3 = keras_support.is_keras3_model(optimizer)
+    self._variables = list(variables)
+    # The TF variables behind Keras 3's (whose own wrap them).
+    self._tf_variables = [getattr(v, "value", v) if self._keras3 else v
+                          for v in self._variables]
+    with strategy.scope():
+      if not getattr(optimizer, "built", False):  # tf_keras's build runs once itself.
+        optimizer.build(self._variables)  # Its own variables first, in their order.
+      if self._keras3:
+        from tfdist.internals import keras as keras_internals  # pylint: disable=g-import-not-at-top
+        if not keras_internals.enable_local_updates(optimizer):
+          raise ValueError(
+              "Local SGD under Keras 3 turns its optimizer's all-reduce off, which needs a "
+              f"tested Keras ({keras_internals.unsupported_reason(patch='local_updates')}): "
+              "use tf_keras or a tested Keras 3. Received: "
+              f"Keras {keras_internals.keras_version()}")
+      self._anchors, self._momenta = [], []
+      if self.outer_optimizer == "nesterov":
+        for v in self._variables:
+          self._anchors.append(self._add_like(v, "local_sgd_anchor"))
+          self._momenta.append(self._add_like(v, "local_sgd_momentum"))
+        for anchor, v in zip(self._anchors, self._tf_variables):
+          anchor.assign(v)  # The weights now, the same on every replica.
+    self._synced = None  # The optimizer's iterations at the last sync seen (a host copy).
+    self._sync = tf.function(lambda: self._sync_all())  # One function per instance.
+    self.syncs = 0
+
+  def _add_like(self, variable, name):
+    """An optimizer variable shaped as `variable`: saved and restored with the optimizer."""
+    if self._keras3:
+      return self.optimizer.add_variable_from_reference(variable, name=name).value
+    return self.optimizer.add_variable_from_reference(variable, name)
+
+  def apply_local(self, grads, variables) -> None:
+    """Applies the replica's own gradients (of its batch's mean loss), no all-reduce.
+
+    `grads` are those of Keras's loss, which divides the replica's mean by
+    the number of replicas (so that their sum is the global batch's): times
+    the replicas, each replica steps on its own batch's mean loss.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    pairs = [(g * tf.cast(replicas, g.dtype), v) for g, v in zip(grads, variables)
+             if g is not None]
+    if self._keras3:  # All-reduce turned off on this optimizer (enable_local_updates).
+      self.optimizer.apply_gradients(pairs)
+    else:
+      self.optimizer.apply_gradients(pairs, skip_gradients_aggregation=True)
+
+  def steps_to_sync(self) -> int:
+    """Steps left before the next sync (1 to sync_every), from the optimizer's iterations."""
+    return self.sync_every - int(self.optimizer.iterations.numpy()) % self.sync_every
+
+  def begin(self) -> None:
+    """Before a run of steps (a `fit`): the last sync point, from the optimizer's iterations.
+
+    They are restored with a backup, so a resumed job syncs where the
+    interrupted one would have.
+    """
+    done = int(self.optimizer.iterations.numpy())
+    self._synced = done - done % self.sync_every
+
+  def steps_done(self) -> bool:
+    """After steps: averages if a sync point was reached since the last; whether it did."""
+    if self._synced is None:
+      self.begin()
+    done = int(self.optimizer.iterations.numpy())
+    if done - self._synced < self.sync_every:
+      return False
+    self.sync()
+    self._synced = done - done % self.sync_every
+    return True
+
+  def sync(self) -> None:
+    """Averages the replicas now (local SGD), or takes DiLoCo's outer step."""
+    self._sync()
+    self.syncs += 1
+
+  def _sync_all(self):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    strategy, variables = self.strategy, self._tf_variables
+
+    def replica_means():
+      # In a replica a mirrored variable reads its own copy.
+      return tf.distribute.get_replica_context().all_reduce(
+          tf.distribute.ReduceOp.MEAN, [v.read_value() for v in variables])
+
+    means = strategy.run(replica_means)
+    update = strategy.extended.update
+    assign = lambda variable, value: variable.assign(value)
+    if self.outer_optimizer == "none":
+      for v, mean in zip(variables, means):
+        update(v, assign, args=(mean,), group=False)
+      return
+    lr, mu = self.outer_learning_rate, self.outer_momentum
+    for v, mean, anchor, momentum in zip(variables, means, self._anchors, self._momenta):
+      # The pseudo-gradient: where the replicas went on average, from the last sync.
+      update(momentum, lambda b, a, m: b.assign(mu * b + (a - m)), args=(anchor, mean),
+             group=False)
+      update(anchor, lambda a, m, b: a.assign_sub(lr * ((a - m) + mu * b)),
+             args=(mean, momentum), group=False)
+      update(v, assign, args=(anchor,), group=False)
+
+
+def local_sgd(model, sync_every: int, *, outer_optimizer: Optional[str] = None,
+              outer_learning_rate: float = OUTER_LEARNING_RATE,
+              outer_momentum: float = OUTER_MOMENTUM):
+  """Makes `model.fit` train each replica alone and average every `sync_every` steps.
+
+  Call it after `compile`, in the strategy's scope or on a model built in it,
+  under multi_worker_mirrored (or mirrored). Each replica applies the
+  gradient of its own share of every batch with the compiled optimizer
+  (whose state stays its own); every `sync_every` steps the replicas'
+  weights are averaged (`outer_optimizer=None`, local SGD), or their mean
+  change since the last sync is applied by DiLoCo's outer SGD with Nesterov
+  momentum (`"nesterov"`). The sync counts the optimizer's `iterations`, so
+  it survives a backup and a restart. Logged loss and metrics are the
+  replicas' mean, as usual.
+
+  Args:
+    model: a compiled Keras model (either Keras) with Keras's own `train_step`.
+    sync_every: local steps between averages (H >= 1).
+    outer_optimizer: None or "none" (local SGD), or "nesterov" (DiLoCo).
+    outer_learning_rate, outer_momentum: DiLoCo's outer SGD (0.7, 0.9).
+
+  Returns:
+    `model`.
+
+  Raises:
+    ValueError: a bad option; a strategy without one copy of the weights per
+      replica (one device, central storage, parameter servers); an
+      uncompiled model; gradient accumulation or a LossScaleOptimizer.
+    TypeError: the model has a `train_step` of its own.
+
+  Example:
+
+      >>> model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+      >>> tfdist.training.local_sgd(model, sync_every=4).fit(dataset, epochs=2)
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tfdist.internals import keras as keras_internals  # pylint: disable=g-import-not-at-top
+  from tfdist.training import accumulation  # pylint: disable=g-import-not-at-top
+  check_options(sync_every, outer_optimizer, outer_learning_rate, outer_momentum)
+  if getattr(model, "optimizer", None) is None:
+    raise ValueError("local_sgd needs a compiled model: call `model.compile(...)` first. "
+                     f"Received: {type(model).__name__} without an optimizer")
+  if vars(model).get(accumulation.STEPS_ATTRIBUTE, 1) > 1:
+    raise ValueError("Local SGD and gradient accumulation do not combine: a local step "
+                     "applies one replica's own batch; drop one of them. Received: "
+                     f"accumulate_steps={vars(model)[accumulation.STEPS_ATTRIBUTE]}, "
+                     f"sync_every={sync_every}")
+  if ATTRIBUTE in vars(model):
+    raise ValueError("local_sgd was called on this model already (its outer state exists); "
+                     f"build a new model to change it. Received: sync_every={sync_every}")
+  if "train_step" in vars(model) or not _keras_own_step(model):
+    raise TypeError("local_sgd replaces Keras's own train_step, and this model has its own "
+                    "(or tfdist's): call LocalSGD.apply_local in yours instead. Received: "
+                    f"{type(model).__name__}.train_step")
+  strategy = (keras_internals.distribute_strategy(model) if keras_support.is_keras3_model(model)
+              else model.distribute_strategy) or tf.distribute.get_strategy()
+  state = LocalSGD(strategy, model.trainable_variables, model.optimizer,
+                   sync_every=sync_every, outer_optimizer=outer_optimizer,
+                   outer_learning_rate=outer_learning_rate, outer_momentum=outer_momentum)
+  setattr(model, ATTRIBUTE, state)
+  model.train_step = types.MethodType(_train_step, model)
+  model.make_train_function = types.MethodType(_make_train_function, model)
+  model.train_function = None  # Traced again, with this step.
+  return model
+
+
+def _keras_own_step(model) -> bool:
+  for cls in type(model).__mro__:
+    if "train_step" in vars(cls):
+      return cls.__module__.startswith(("keras.", "tf_keras."))
+  return False
+
+
+def _make_train_function(self, force=False):
+  """Keras's own, then the sync after every call of the function it made."""
+  type(self).make_train_function(self, force=force)
+  function = self.train_function
+  state = getattr(self, ATTRIBUTE)
+  state.begin()  # Keras calls this as each fit starts.
+  if not getattr(function, "_tfdist_syncs", False):
+
+    def train_function(*args, **kwargs):
+      logs = function(*args, **kwargs)
+      state.steps_done()
+      return logs
+
+    train_function._tfdist_syncs = True  # pylint: disable=protected-access
+    self.train_function = train_function
+  return self.train_function
+
+
+def _train_step(self, data):
+  """Keras's `train_step` (either Keras), its gradients applied by this replica alone."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  keras3 = keras_support.is_keras3_model(self)
+  if keras3:
+    import keras  # pylint: disable=g-import-not-at-top
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+  else:
+    import tf_keras  # pylint: disable=g-import-not-at-top
+    x, y, sample_weight = tf_keras.utils.unpack_x_y_sample_weight(data)
+  replicas = tf.distribute.get_strategy().num_replicas_in_sync
+  with tf.GradientTape() as tape:
+    y_pred = self(x, training=True)
+    # Keras's loss: the replica's mean divided by the replicas (both Kerases).
+    loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+  if keras3:  # tf_keras's compute_loss updates its loss tracker itself.
+    tracker = next((m for m in self.metrics if m.name == "loss"), None)
+    if tracker is not None:
+      tracker.update_state(loss * replicas,
+                           sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
+  variables = self.trainable_variables
+  getattr(self, ATTRIBUTE).apply_local(tape.gradient(loss, variables), variables)
+  return self.compute_metrics(x, y, y_pred, sample_weight)
