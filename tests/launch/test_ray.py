@@ -98,6 +98,8 @@ def test_a_chief_a_worker_and_a_ps_train_with_fit_and_a_keras3_script_trains(clu
   assert result.returncode == 0, result.stdout[-3000:]
   results = _results(result.stdout)
   assert results["worker:0"]["weights"] == results["worker:1"]["weights"]
+  # Both joined: their records came back from their nodes, and the launcher says nothing.
+  assert "No two tasks ever joined" not in result.stdout and "trains alone" not in result.stdout
 
 
 @pytest.mark.slow
@@ -376,3 +378,19 @@ def test_a_stalled_task_on_its_ray_node_dumps_its_stacks_and_the_job_ends(cluste
   assert re.search(r"^\[worker:1\] tfdist task: stalled: no training step completed anywhere "
                    r"for \d+s .*; worker:1 is not waiting inside TensorFlow .*: it is in "
                    r"wait_forever \(", result.stdout, re.M), result.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_a_job_in_which_no_two_tasks_joined_a_collective_is_named_at_its_end(cluster):
+  # Before: each task said its own line, and the launch ended in silence. The tasks'
+  # records come back from their nodes through their actors.
+  result = cluster.run(helpers.tfdist_cli(
+      "launch", "--ray", "--workers=2", "--timeout=120", "--",
+      *helpers.python("-c", "import tensorflow as tf; tf.distribute.MirroredStrategy()")),
+      timeout=200)
+  out = result.stdout
+  assert result.returncode == 0, out[-3000:]  # Warn: the default.
+  assert re.search(r"^\[worker:1\] .*This task \(worker:1\) trains alone: MirroredStrategy reads "
+                   r"no TF_CONFIG", out, re.M), out[-3000:]
+  assert re.search(r"^\[tfdist launch\] No two tasks ever joined a collective: .* none did",
+                   out, re.M), out[-3000:]

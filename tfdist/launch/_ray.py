@@ -52,6 +52,7 @@ from tfdist.launch import _ray_placement as ray_placement
 from tfdist.launch import _result_channel as result_channel
 from tfdist.launch import _supervision as supervision
 from tfdist.launch import _task_keras as task_keras
+from tfdist.launch import _trains_alone as trains_alone
 from tfdist.launch import watchdog
 # Public here, where users of the launcher look; defined beside the placement.
 from tfdist.launch._ray_placement import RayUnavailable, parse_resources
@@ -186,6 +187,7 @@ class TaskProcess:
     self._lines: List[str] = []
     self._lock = threading.Lock()
     self._result_folder: Optional[str] = None
+    self._joined_folder: Optional[str] = None
 
   def start(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str],
             reports: bool = False) -> str:
@@ -202,6 +204,10 @@ class TaskProcess:
       self._result_folder = tempfile.mkdtemp(prefix="tfdist-result-")  # Mode 0700.
       full_env[result_channel.RESULT_FILE_ENV] = os.path.join(self._result_folder,
                                                               result_channel.NAME)
+    if env.get(trains_alone.JOINED_DIR_ENV):
+      # The launcher's folder is on its machine: the task records here, `joined` hands them over.
+      self._joined_folder = tempfile.mkdtemp(prefix="tfdist-joined-")  # Mode 0700.
+      full_env[trains_alone.JOINED_DIR_ENV] = self._joined_folder
     if cwd is not None and not os.path.isdir(cwd):
       cwd = None  # Not on this node: the worker's own folder (give absolute paths).
     command = _watched(command, full_env)
@@ -245,6 +251,16 @@ class TaskProcess:
       shutil.rmtree(self._result_folder, ignore_errors=True)
       self._result_folder = None
 
+  def joined(self) -> List[str]:
+    """The task's records of joining a collective (`tfdist.launch._trains_alone`); removed here."""
+    if self._joined_folder is None:
+      return []
+    try:
+      return trains_alone.records(self._joined_folder)
+    finally:
+      shutil.rmtree(self._joined_folder, ignore_errors=True)
+      self._joined_folder = None
+
   def signal(self, signum: int) -> None:
     """Sends `signum` to the task's process group (it and its children)."""
     if self._process is not None:
@@ -275,7 +291,9 @@ def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
   SIGTERM and SIGINT are passed on to the task; the return value is its exit
   code (negative: the signal that killed it). The task `notebook_launch`
   named to report has its result carried back in Ray's object store (its
-  node may be another machine) into the file the launcher made for it.
+  node may be another machine) into the file the launcher made for it, and
+  every task's records of joining a collective into the launcher's folder
+  (`tfdist.launch._trains_alone`).
   """
   ray = import_ray()
   ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
@@ -324,6 +342,9 @@ def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
         data = ray.get(actor.result.remote())
         if code == 0 and data is not None:
           result_channel.write(result_file, data)
+      if environ.get(trains_alone.JOINED_DIR_ENV):  # For the launcher's end-of-job line.
+        trains_alone.add_records(environ[trains_alone.JOINED_DIR_ENV],
+                                 ray.get(actor.joined.remote()))
       return code
 
 
@@ -421,8 +442,13 @@ class RayLauncher(launcher_lib.Launcher):
       env = {**base, **task_keras.variables(self.keras, base),
              PLACEMENT_GROUP_ENV: placement.group,
              ADDRESS_ENV: ray.get_runtime_context().gcs_address}
-      return _Cluster(command, env, output, self.grace_period, placement,
-                      self.data_work_dir).run(self.timeout, self.max_restarts)
+      trains_alone.mode(env)  # A bad TFDIST_TRAINS_ALONE fails now, not after the job.
+      # Each task's local process leaves its node's records of joining a collective here.
+      with trains_alone.joined_folder(env) as joined_dir:
+        cluster = _Cluster(command, env, output, self.grace_period, placement,
+                           self.data_work_dir)
+        code = cluster.run(self.timeout, self.max_restarts)
+        return trains_alone.job_end(code, joined_dir, env, cluster.report)
     finally:
       ray.shutdown()  # The placement group, and any actor left in it, go with it.
 
