@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 import helpers
+from tfdist import launch
 from tfdist.launch import Job
 from tfdist.launch import _kubernetes as kubernetes
 from tfdist.cluster import ClusterSpec
@@ -49,7 +50,8 @@ def test_tfjob_replicas_and_operator_tf_config():
   assert {k: v["replicas"] for k, v in replicas.items()} == {"Chief": 1, "Worker": 2, "PS": 1}
   for replica in replicas.values():
     (container,) = replica["template"]["spec"]["containers"]
-    assert container["name"] == "tensorflow" and container["command"] == COMMAND
+    assert container["name"] == "tensorflow"
+    assert container["command"] == ["python", "-m", "tfdist", "task", "--", *COMMAND]
   configs = kubernetes.pod_tf_configs(docs)
   assert sorted(configs) == ["digits-chief-0", "digits-ps-0", "digits-worker-0",
                              "digits-worker-1"]
@@ -77,17 +79,33 @@ def test_indexed_jobs_service_and_tf_config():
                                                         chief=True))
 
 
-def test_indexed_job_container_really_builds_its_tf_config():
-  """Runs the container's own command line, as the pod would, for index 1."""
-  docs = kubernetes.indexed_jobs(
-      Job(workers=2), [sys.executable, "-c", "import os; print(os.environ['TF_CONFIG'])"],
-      _options())
-  container = docs[1]["spec"]["template"]["spec"]["containers"][0]
+SHOW = "import json, os; print('SEES', json.dumps([os.environ[v] for v in ('TF_CONFIG', 'PYTHONPATH')]))"
+
+
+@pytest.mark.parametrize("build, pod", [(kubernetes.indexed_jobs, "digits-worker-1"),
+                                        (kubernetes.tfjob, "digits-worker-1")])
+def test_a_pods_container_really_gets_its_tf_config_and_the_task_site(build, pod):
+  """Runs the container's own command line, as the pod would (`python`: this one), for worker 1.
+
+  Before, TFJob and Indexed Job pods ran the command bare: no task site (Keras 3's own
+  callbacks racing, no trains-alone line) and no stall watchdog.
+  """
+  docs = build(Job(workers=2), ["python", "-c", SHOW], _options())
+  container = next(d for d in docs if d["kind"] in ("Job", "TFJob"))
+  container = (container["spec"]["template"] if container["kind"] == "Job" else
+               container["spec"]["tfReplicaSpecs"]["Worker"]["template"])["spec"]["containers"][0]
   env = {e["name"]: e["value"] for e in container["env"]}
-  out = subprocess.run(container["command"], capture_output=True, text=True, timeout=30,
-                       env={"PATH": os.environ["PATH"], "JOB_COMPLETION_INDEX": "1", **env})
+  if build is kubernetes.tfjob:  # The training operator writes it.
+    env["TF_CONFIG"] = json.dumps(kubernetes.pod_tf_configs(docs)[pod])
+  else:  # The Job controller gives each pod its index.
+    env["JOB_COMPLETION_INDEX"] = "1"
+  command = [sys.executable if arg == "python" else arg for arg in container["command"]]
+  out = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                       env={"PATH": os.environ["PATH"], "PYTHONPATH": "/image/code", **env})
   assert out.returncode == 0, out.stderr
-  assert json.loads(out.stdout) == kubernetes.pod_tf_configs(docs)["digits-worker-1"]
+  tf_config, python_path = json.loads(out.stdout.split("SEES ", 1)[1])
+  assert json.loads(tf_config) == kubernetes.pod_tf_configs(docs)[pod]
+  assert python_path.split(os.pathsep) == [launch.TASK_SITE_DIR, "/image/code"]
 
 
 def test_manifests_carry_no_environment():

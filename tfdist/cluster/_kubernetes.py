@@ -2,9 +2,8 @@
 
 `tfdist launch --kubernetes=indexed` gives each pod the cluster as a TF_CONFIG
 template whose task index is `__INDEX__`, and Kubernetes gives it
-`JOB_COMPLETION_INDEX`. The pod's shell wrapper fills the index into
-`TF_CONFIG` for code that reads it directly; this environment does the same in
-Python for a pod started without that wrapper.
+`JOB_COMPLETION_INDEX`. The pod's entry, `tfdist task`, asks this environment
+for its cluster and hands the command the filled-in `TF_CONFIG`.
 """
 
 import json

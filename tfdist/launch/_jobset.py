@@ -53,7 +53,7 @@ RUNTIME = "tfdist-tensorflow"
 PORT = jobset_environment.DEFAULT_PORT
 # How Trainer v2 finds the container its TrainJob's `trainer` fields patch.
 _TRAINER_STEP = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
-_TASK = ["python", "-m", "tfdist", "task", "--"]
+_TASK = kubernetes.TASK  # Every kind's pods run their command under `tfdist task`.
 PATCH_MANAGER = "tfdist"
 
 

@@ -10,7 +10,15 @@ each pod gets, so that a test (or a curious user) can check them without a clust
   operator writes TF_CONFIG into every pod itself.
 - `indexed_jobs(...)`: one Indexed Job per task type plus a headless Service, for
   clusters without Kubeflow (TFJob is deprecated in Kubeflow Trainer v2). Each pod
-  builds its TF_CONFIG from its `JOB_COMPLETION_INDEX`.
+  builds its TF_CONFIG from its `JOB_COMPLETION_INDEX` and the cluster's template
+  (`tfdist.cluster._kubernetes`).
+
+Every task's container runs `python -m tfdist task -- COMMAND` (`TASK`), as
+JobSet pods do: `tfdist task` gives the command its TF_CONFIG and the image's
+task site first on PYTHONPATH (Keras 3's own callbacks write once, a task that
+would train alone is told; `tfdist.launch.TASK_SITE_DIR`), and in a job of
+two or more training tasks watches it for stalls (`tfdist.launch.watchdog`).
+The image needs tfdist.
 
 Nothing from this machine's environment goes into a manifest: only the image,
 command, TF_CONFIG and the preflight's deadline.
@@ -82,6 +90,8 @@ _JOURNAL = "/var/run/tfdist-data-journal"
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,40}[a-z0-9])?$")
 _TFJOB_TYPES = {cluster_lib.CHIEF: "Chief", cluster_lib.WORKER: "Worker",
                 cluster_lib.PS: "PS"}
+# What every task's container runs its command under (see the module doc).
+TASK = ["python", "-m", "tfdist", "task", "--"]
 
 
 def counts(workers: int, ps: int, chief: bool) -> Dict[str, int]:
@@ -163,8 +173,8 @@ def restart_policy(job: str, ps: int) -> str:
 
 def task_env(keras: Optional[str]) -> List[dict]:
   """What every task's container gets from tfdist: the preflight's deadline, the Keras switch."""
-  # Only the Keras switch: the shim on PYTHONPATH is a path of this machine's
-  # tfdist, which the image need not have (see task_keras).
+  # Only the Keras switch: `tfdist task` in the pod puts the image's task site on
+  # PYTHONPATH (a path of this machine's tfdist would not be the image's).
   legacy = task_keras.variables(keras, {})[task_keras.LEGACY_KERAS_ENV]
   return [{"name": "TFDIST_PREFLIGHT_TIMEOUT", "value": str(PREFLIGHT_TIMEOUT_SECONDS)},
           {"name": task_keras.LEGACY_KERAS_ENV, "value": legacy}]
@@ -173,7 +183,7 @@ def task_env(keras: Optional[str]) -> List[dict]:
 def _container(image: str, command: Sequence[str], keras: Optional[str],
                env: Sequence[dict] = ()) -> dict:
   env = [*task_env(keras), *env]
-  return {"name": "tensorflow", "image": image, "command": list(command),
+  return {"name": "tensorflow", "image": image, "command": TASK + list(command),
           "ports": [{"name": "tfjob-port", "containerPort": PORT}], "env": env}
 
 
@@ -293,13 +303,6 @@ def extra_manifests(job: launcher_lib.Job, options: ManifestOptions, *,
   return docs
 
 
-# The pod fills in its own index; sh and sed are in every image that has Python.
-_INDEXED_COMMAND = (
-    f'export TF_CONFIG="$(printf %s "${kubernetes_environment.TEMPLATE_ENV}" | '
-    f'sed "s/{kubernetes_environment.INDEX_PLACEHOLDER}/${kubernetes_environment.INDEX_ENV}/")"; '
-    'exec "$@"')
-
-
 def indexed_jobs(job: launcher_lib.Job, command: Sequence[str],
                  options: ManifestOptions) -> List[dict]:
   """A headless Service, one Indexed Job per task type, a NetworkPolicy (and the tf.data service's).
@@ -336,9 +339,9 @@ def indexed_jobs(job: launcher_lib.Job, command: Sequence[str],
                 "spec": pod_security.harden({
                     "subdomain": name,  # Pod <name>-<job>-<i> resolves under the Service.
                     "restartPolicy": restart_policy(task_type, ps),
+                    # `tfdist task` fills the pod's index into the template.
                     "containers": [_container(
-                        image, ["/bin/sh", "-c", _INDEXED_COMMAND, "tfdist", *command],
-                        options.keras,
+                        image, command, options.keras,
                         env=[{"name": kubernetes_environment.TEMPLATE_ENV, "value": template},
                              *trainer_env(name, namespace, job.data_workers)])],
                 }, run_as_user=options.run_as_user),
@@ -351,8 +354,8 @@ def indexed_jobs(job: launcher_lib.Job, command: Sequence[str],
 def pod_tf_configs(docs: List[dict]) -> Dict[str, dict]:
   """Pod name -> the TF_CONFIG it gets, computed from the manifests alone.
 
-  For a TFJob, what the training operator writes; for Indexed Jobs, what the
-  container's command builds from its index.
+  For a TFJob, what the training operator writes; for Indexed Jobs, what
+  `tfdist task` in the container builds from its index.
   """
   configs = {}
   for doc in docs:
