@@ -61,10 +61,12 @@ def _replica_spread(strategy, model):
              for a, b in (_copies(strategy, v) for v in model.trainable_variables))
 
 
-@pytest.mark.parametrize("flavour", KERASES)
-def test_every_step_synced_with_sgd_is_synchronous_training(flavour):
-  """fit and the Loop at sync_every=1 equal one device; H>1 replicas part, a sync joins them."""
-  keras = _keras(flavour)
+def test_every_step_synced_with_sgd_is_synchronous_training():
+  """fit and the Loop at sync_every=1 equal one device; H>1 replicas part, a sync joins them.
+
+  tf_keras here; both Kerases under two workers in the slow test below.
+  """
+  keras = tfdist.keras
   reference = _compiled(keras, tf.distribute.get_strategy())
   reference_history = reference.fit(_data(), epochs=2, verbose=0).history
   strategy = tfdist.make_strategy("mirrored")
@@ -161,7 +163,6 @@ def test_two_workers_train_locally_and_meet_at_each_sync():
     workers = [results[w][flavour] for w in ("[worker:0", "[worker:1")]
     for worker in workers:
       assert worker["synchronous_difference"] < 1e-5, results  # H=1 with SGD: synchronous.
-      assert worker["diloco_difference"] < 1e-5, results  # Outer lr 1, momentum 0: local SGD.
-    # Between syncs the workers' weights differ; right after one they are the same.
+    # DiLoCo every 3 steps: between syncs the workers' weights differ; after one, the same.
     assert workers[0]["between_syncs"] != workers[1]["between_syncs"]
     assert workers[0]["after_sync"] == workers[1]["after_sync"]

@@ -6,6 +6,12 @@ strategies, a local 2-worker cluster for multi_worker_mirrored, and chief +
 2 workers + 1 ps for parameter_server. `--keras=tf_keras,keras3` runs the
 table for both Kerases. Exit code 1 if any strategy fails or misses the first
 strategy's accuracy (with the same Keras) by more than --tolerance.
+
+`--local_sgd=1,4,16` adds rows of multi_worker_mirrored trained with local SGD
+and with DiLoCo at each of those sync intervals (`tfdist train --sync_every`),
+and `--thread_share` a row of multi_worker_mirrored whose tasks keep
+TensorFlow's own thread pools, beside the row where the local launcher gives
+each task its share of the cores (`tfdist.launch`'s default).
 """
 
 import json
@@ -28,6 +34,15 @@ _TOLERANCE = flags.DEFINE_float("tolerance", 0.05, "Largest accuracy gap to the 
                                 "(absolute) that still passes.", lower_bound=0)
 _TIMEOUT = flags.DEFINE_float("timeout", 600, "Seconds allowed per strategy.", lower_bound=1)
 _OUTPUT = flags.DEFINE_string("output", None, "Write all results as JSON here.")
+_LOCAL_SGD = flags.DEFINE_list(
+    "local_sgd", [], "Sync intervals H: for each, multi_worker_mirrored with local SGD "
+    "(--sync_every=H) and with DiLoCo (--outer_optimizer=nesterov), beside the strategies.")
+_THREAD_SHARE = flags.DEFINE_bool(
+    "thread_share", False, "Also run multi_worker_mirrored with TensorFlow's own thread pools "
+    "in every task (TF_NUM_INTRAOP_THREADS=0, TF_NUM_INTEROP_THREADS=0), beside the launcher's "
+    "share of the cores.")
+# TensorFlow reads 0 as "size the pool yourself"; the launcher leaves a variable that is set.
+_OWN_THREAD_POOLS = {"TF_NUM_INTRAOP_THREADS": "0", "TF_NUM_INTEROP_THREADS": "0"}
 
 _HEADER = ("keras", "strategy", "replicas", "mode", "accuracy", "examples/s", "step ms",
            "input wait", "time s")
@@ -38,10 +53,28 @@ def _known_kerases(values):
   return bool(values) and set(values) <= set(task_keras.KERAS_CHOICES)
 
 
+@flags.validator("local_sgd", "--local_sgd takes sync intervals >= 1, comma-separated, e.g. 1,4,16.")
+def _sync_intervals(values):
+  return all(v.isdigit() and int(v) >= 1 for v in values)
+
+
+def _variants():
+  """(label, strategy, train flags, environment) of the rows beside the strategies."""
+  variants = []
+  if _THREAD_SHARE.value:
+    variants.append(("TF's own thread pools", "multi_worker_mirrored", [], _OWN_THREAD_POOLS))
+  for h in _LOCAL_SGD.value:
+    variants.append((f"local SGD H={h}", "multi_worker_mirrored", [f"--sync_every={h}"], None))
+    variants.append((f"DiLoCo H={h}", "multi_worker_mirrored",
+                     [f"--sync_every={h}", "--outer_optimizer=nesterov"], None))
+  return variants
+
+
 def _row(r: dict):
+  name = f"{r['strategy']} ({r['variant']})" if r.get("variant") else r["strategy"]
   if "error" in r:
-    return (r["keras"], r["strategy"], "-", "-", "FAILED", "-", "-", "-", f"{r['seconds']:.0f}")
-  return (r["keras"], r["strategy"], str(r["replicas"]), "sync" if r["sync"] else "async",
+    return (r["keras"], name, "-", "-", "FAILED", "-", "-", "-", f"{r['seconds']:.0f}")
+  return (r["keras"], name, str(r["replicas"]), "sync" if r["sync"] else "async",
           f"{r['accuracy']:.3f}", f"{r['examples_per_second']:.0f}",
           f"{r['step_time_ms']:.1f}",
           "n/a" if r["input_bound"] is None else f"{100 * r['input_bound']:.0f}%",
@@ -58,13 +91,19 @@ def _print_table(rows) -> None:
 
 def main(argv):
   del argv
-  runs = [(keras, name) for keras in _KERAS.value for name in _STRATEGIES.value]
+  runs = [(keras, name, "", [], None) for keras in _KERAS.value for name in _STRATEGIES.value]
+  runs += [(keras, name, label, extra, env) for keras in _KERAS.value
+           for label, name, extra, env in _variants()]
   results = []
   with tempfile.TemporaryDirectory(prefix="tfdist-compare-") as workdir:
-    for i, (keras, name) in enumerate(runs, 1):
-      print(f"[{i}/{len(runs)}] {name} ({keras}) ...", end=" ", flush=True)
+    for i, (keras, name, label, extra, env) in enumerate(runs, 1):
+      shown = f"{name} ({label}, {keras})" if label else f"{name} ({keras})"
+      print(f"[{i}/{len(runs)}] {shown} ...", end=" ", flush=True)
       result = train_process.run(name, workdir, keras=keras, epochs=_EPOCHS.value,
-                                 batch_size=_BATCH_SIZE.value, timeout=_TIMEOUT.value)
+                                 batch_size=_BATCH_SIZE.value, timeout=_TIMEOUT.value,
+                                 extra_flags=extra, env=env)
+      if label:
+        result["variant"] = label
       results.append(result)
       print("FAILED" if "error" in result else f"accuracy {result['accuracy']:.3f}",
             f"({result['seconds']:.0f} s)", flush=True)
@@ -72,12 +111,12 @@ def main(argv):
         print("\n".join(f"    {line}" for line in result["log_tail"]), flush=True)
   print()
   _print_table([_HEADER] + [_row(r) for r in results])
-  failed = [f"{r['strategy']} ({r['keras']})" for r in results if "error" in r]
+  failed = [f"{_row(r)[1]} ({r['keras']})" for r in results if "error" in r]
   # Each Keras against its own baseline: the first strategy, trained with it.
   baselines = {}
   for r in results:
     baselines.setdefault(r["keras"], r)
-  off = [f"{r['strategy']} ({r['keras']})" for r in results
+  off = [f"{_row(r)[1]} ({r['keras']})" for r in results
          if "error" not in r and "error" not in baselines[r["keras"]]
          and abs(r["accuracy"] - baselines[r["keras"]]["accuracy"]) > _TOLERANCE.value]
   shown = ", ".join(f"{keras} {b['strategy']} ({b['accuracy']:.3f})"

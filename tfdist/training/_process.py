@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Sequence
+from typing import Mapping, Optional, Sequence
 
 from tfdist.launch import _result_channel as result_channel
 
@@ -19,8 +19,11 @@ LOG_TAIL_LINES = 15
 
 
 def run(strategy: str, workdir: str, *, keras: str, epochs: int, batch_size: int,
-        timeout: float, extra_flags: Sequence[str] = ()) -> dict:
+        timeout: float, extra_flags: Sequence[str] = (),
+        env: Optional[Mapping[str, str]] = None) -> dict:
   """Runs `tfdist train` once; its result as a dict, plus "seconds".
+
+  `extra_flags` go to `tfdist train`; `env` adds to this process's environment.
 
   A failed run gives {"strategy", "keras", "error", "log_tail", "seconds"}
   instead, with the last lines of its output.
@@ -35,6 +38,7 @@ def run(strategy: str, workdir: str, *, keras: str, epochs: int, batch_size: int
     with open(log_file, "w") as log:
       try:
         return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
+                              env=None if env is None else {**os.environ, **env},
                               timeout=timeout + 30).returncode
       except subprocess.TimeoutExpired:  # subprocess.run kills the child first.
         return "timeout"
