@@ -28,8 +28,10 @@ $(CHECKOV)/.installed: Makefile | $(VENV)/.installed
 	$(CHECKOV)/bin/python -m pip install --quiet "checkov==$(CHECKOV_VERSION)"
 	touch $@
 
+# Beside the five strategies: multi_worker_mirrored with local SGD and DiLoCo every 16
+# steps, and with TensorFlow's own thread pools instead of the launcher's share.
 compare: install
-	$(BIN)/tfdist compare
+	$(BIN)/tfdist compare --local_sgd=16 --thread_share
 
 # The SLURM tests run a real slurmctld/slurmd on localhost (Debian's packages).
 # Without root or apt-get they are skipped, with the reason in pytest's summary.

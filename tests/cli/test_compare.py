@@ -37,3 +37,9 @@ def test_compare_names_the_valid_kerases():
   result = helpers.run(helpers.tfdist_cli("compare", "--keras=keras2"), timeout=60)
   assert result.returncode != 0
   assert "--keras takes ['tf_keras', 'keras3'], comma-separated." in result.stdout
+
+
+def test_compare_names_the_valid_sync_intervals():
+  result = helpers.run(helpers.tfdist_cli("compare", "--local_sgd=4,0"), timeout=60)
+  assert result.returncode != 0
+  assert "--local_sgd takes sync intervals >= 1, comma-separated, e.g. 1,4,16." in result.stdout
