@@ -161,7 +161,7 @@ def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
         data_worker_output=shlex.quote(f"{output}.data_worker_%t"),
         service_env=data_service_lib.SERVICE_ENV,
         job_env=data_service_lib.JOB_ENV, protocol=data_service_lib.PROTOCOL)
-  if ntasks > 1:  # A step of one task is no cluster `tfdist task` knows (`tfdist.cluster._slurm`).
+  if ntasks > 1:  # One task is no cluster `tfdist task` knows (`tfdist.cluster._slurm`).
     command = [sys.executable, "-m", "tfdist", "task", "--", *command]
   try:
     return string.Template(text).substitute(
