@@ -20,8 +20,10 @@ trainable weights. They are variables of the inner optimizer
 Keras), tfdist's and the Loop's checkpoints keep them with the optimizer, and
 the optimizer's `iterations` says where the next sync falls: a job resumed
 from a backup written at a sync (e.g. at an epoch's end, when H divides the
-steps per epoch) continues exactly as one never stopped. A backup between
-syncs holds the chief's own weights, and every worker resumes from those.
+steps per epoch) continues exactly as one never stopped if the inner
+optimizer keeps no state (plain SGD). A backup holds the chief's copy of what
+differs by replica (its weights between syncs, a stateful inner optimizer's
+slots), and every worker resumes from those.
 
 With sync_every=1, plain SGD and no outer optimizer, local SGD is ordinary
 synchronous training: the mean of the replicas' steps is the step on the mean
