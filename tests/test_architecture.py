@@ -232,7 +232,7 @@ def test_every_private_symbol_used_is_in_the_inventory():
   listed_modules = {name for name in INVENTORY if name.startswith(PRIVATE_MODULES)}
   ours = {"_originals", "_assign_originals", "_checkpoint_originals", "_restore_variable_methods",
           "_original", "_may_patch", "_reduce_per_replica", "_one_step_per_execution",
-          "_BACKUP_PATHS", "_EnableAfterImport", "_own_gradients",
+          "_BACKUP_PATHS", "_own_gradients",
           # tfdist's own state on Keras's callbacks (keras_callbacks.py).
           "_tfdist_log_dirs", "_tfdist_own", "_tfdist_position"}
   unlisted = {u for u in used if u not in listed_attributes | listed_modules | ours}

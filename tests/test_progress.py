@@ -46,3 +46,35 @@ def test_profile_steps_are_first_to_last_and_a_bad_range_names_the_form():
     with pytest.raises(ValueError, match=r"`profile` must be the steps to trace as FIRST-LAST, "
                        r"e.g. 100-120 \(steps count from 1\). Received: "):
       progress.parse_steps(bad)
+
+
+def test_the_input_stamp_keeps_every_element_replays_and_times_the_input_wait(tmp_path):
+  code = (
+      "import json, os, time\n"
+      "import tensorflow as tf\n"
+      "from tfdist import progress\n"
+      "from tfdist.data import replay\n"
+      "outside = tf.data.Dataset.range(2)\n"
+      "assert progress.stamped_input(outside) is outside  # Outside a launch: as it is.\n"
+      "progress.install(os.environ['DIR'], 'worker', 1)\n"
+      "pairs = tf.data.Dataset.from_tensor_slices(([1., 2.], [3., 4.]))\n"
+      "ones = tf.data.Dataset.from_tensor_slices(([5.],)).map(lambda x: (x,))\n"
+      "dicts = tf.data.Dataset.from_tensor_slices({'a': [6.]})\n"
+      "for d in (pairs, ones, dicts):\n"
+      "  s = progress.stamped_input(d)\n"
+      "  assert s.element_spec == d.element_spec and list(s) == list(d), (list(s), list(d))\n"
+      "  assert replay.not_replayable(s) == []\n"
+      "slow = tf.data.Dataset.range(8).map(\n"
+      "    lambda x: tf.py_function(lambda v: time.sleep(0.02) or v, [x], tf.int64))\n"
+      "progress.boundary()\n"
+      "for _ in progress.stamped_input(slow):\n"
+      "  progress.step_done()\n"
+      "progress.training_end()\n"
+      "print(open(os.path.join(os.environ['DIR'], 'worker-1.steps')).read())\n")
+  result = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, DIR=str(tmp_path)),
+                          capture_output=True, text=True, timeout=120)
+  assert result.returncode == 0, result.stderr[-3000:]
+  row = json.loads(result.stdout.splitlines()[-1])
+  # 8 steps, 7 timed (the first follows a boundary), each waiting for its element.
+  assert row["task"] == "worker:1" and row["steps"] == 8, row
+  assert row["input_median"] > 0 and 0 < row["input_share"] <= 1, row

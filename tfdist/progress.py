@@ -9,7 +9,20 @@ the launcher's user can read (mode 0700). The task site calls
   microseconds, no thread;
 - dumps the Python stack of every thread to `<dir>/<task>.stacks` when it
   receives SIGUSR1 (`faulthandler`, which works even while the main thread is
-  blocked inside TensorFlow's C++ code).
+  blocked inside TensorFlow's C++ code);
+- keeps its recent step times and input waits, and writes their median and
+  p95 to `<dir>/<task>.steps` once a second and at each epoch's end; at each
+  epoch's end the chief names a task markedly slower than the others in its
+  log (`tfdist._step_times`).
+
+A step's input wait is measured for a `fit` whose input is a `tf.data.Dataset`:
+the task site passes its elements through a last `map` that notes when each
+leaves the pipeline, and a step's wait is the time from its start to the
+first element that left the pipeline after it (none: no wait). That is the
+wait itself for a pipeline that does not keep up; for one that does, it is
+at most the time the pipeline takes to make an element (it makes the next
+while the step computes). It holds however the strategy splits or shards
+the elements into steps.
 
 Keras `fit` reports its steps by itself (both Kerases: the task site adds a
 callback to every `fit`); `tfdist.training.loop` does too under synchronous
@@ -26,14 +39,21 @@ Outside a launch (no `TFDIST_PROGRESS_DIR`), `step_done()` only counts.
 """
 
 import atexit
+import collections
 import faulthandler
 import json
+import logging
 import os
 import signal
 import sys
 import threading
 import time
 from typing import Optional, Tuple
+
+from tfdist import _step_times as step_times
+from tfdist import output  # pylint: disable=unused-import  The tfdist logger's handler.
+
+logger = logging.getLogger("tfdist")
 
 PROGRESS_DIR_ENV = "TFDIST_PROGRESS_DIR"
 # `tfdist launch --profile=FIRST-LAST`: every task traces those steps with
@@ -53,11 +73,20 @@ STARTED = "started"
 # Training is over (fit returned, or the process is exiting): nothing more to wait for.
 END = "end"
 _LINE_WIDTH = 96  # Fixed, so that one pwrite replaces the previous line whole.
+# The name of the input pipeline's last step that notes when each element leaves it.
+INPUT_STAMP = "tfdist_input_stamp"
 
 
-def file_name(task_type: str, task_index: int) -> str:
-  """The file stem of a task's progress and stacks files, e.g. 'worker-1'."""
-  return f"{task_type}-{task_index}"
+def file_name(task: str) -> str:
+  """The file stem of a task's files, e.g. 'worker-1' for task 'worker:1'."""
+  task_type, _, index = task.rpartition(":")
+  return f"{task_type}-{index}"
+
+
+def task_name(stem: str) -> str:
+  """The task a file stem names, e.g. 'worker:1' for 'worker-1' (`file_name`'s inverse)."""
+  task_type, _, index = stem.rpartition("-")
+  return f"{task_type}:{index}"
 
 
 class _Reporter:
@@ -72,6 +101,15 @@ class _Reporter:
     self.phase = BOUNDARY
     self.profile: Optional[Tuple[int, int, str]] = None  # (first, last, log dir)
     self.profiling = False
+    self.stem: Optional[str] = None  # This task's files: directory/stem.*
+    self.chief = False  # This task names the stragglers at each epoch's end.
+    self.last: Optional[float] = None  # When the last step ended; None after a boundary.
+    self.step_seconds = collections.deque(maxlen=step_times.WINDOW)
+    self.input_seconds = collections.deque(maxlen=step_times.WINDOW)
+    # When each element left the input pipeline (`stamped_input`, another thread), oldest first.
+    self.stamps = collections.deque(maxlen=1024)
+    self.stamped = False  # Whether this fit's input is stamped (else no input wait is known).
+    self.next_write = 0.0
 
   def report(self, steps: int, phase: str) -> None:
     with self.lock:
@@ -81,6 +119,7 @@ class _Reporter:
       self.steps += steps
       self.events += 1
       self.phase = phase
+      self._time(now, steps, phase)
       if self.profile is not None:
         self._profile()
       if self.fd is None:
@@ -89,6 +128,46 @@ class _Reporter:
       mean = (now - self.first_step) / (self.steps - 1) if self.steps > 1 else 0.0
       line = f"{os.getpid()} {self.steps} {self.events} {phase} {mean:.6f}"
       os.pwrite(self.fd, line.ljust(_LINE_WIDTH - 1).encode() + b"\n", 0)
+      if now >= self.next_write or phase == END:
+        self.write_steps(now)
+
+  def _time(self, now: float, steps: int, phase: str) -> None:
+    """Notes the step time and input wait of `steps` steps that just ended."""
+    if phase != STEP or not steps:
+      self.last = None  # A boundary or an evaluation: the next interval is no step's.
+      if phase == END:
+        self.stamped = False  # The next fit's input may be no dataset.
+      return
+    first = None  # The first element that left the pipeline since the last step ended.
+    while self.stamps and self.stamps[0] <= now:
+      stamp = self.stamps.popleft()
+      if first is None and self.last is not None and stamp > self.last:
+        first = stamp
+    if self.last is not None:
+      self.step_seconds.append((now - self.last) / steps)
+      if steps == 1 and self.stamped:
+        self.input_seconds.append(0.0 if first is None else first - self.last)
+    self.last = now
+
+  def summary(self) -> Optional[step_times.TaskSteps]:
+    """This task's row of step times and input waits (None outside a launch)."""
+    if self.stem is None:
+      return None
+    return step_times.summarize(task_name(os.path.basename(self.stem)), self.steps,
+                                self.step_seconds, self.input_seconds)
+
+  def write_steps(self, now: float) -> None:
+    """Writes `summary()` beside the progress file, whole (a reader never sees half)."""
+    self.next_write = now + step_times.WRITE_SECONDS
+    if self.fd is None or self.stem is None:
+      return
+    path = self.stem + step_times.STEPS_SUFFIX
+    try:
+      with open(path + ".new", "w", encoding="utf-8") as f:
+        f.write(step_times.to_text(self.summary()))
+      os.replace(path + ".new", path)
+    except OSError:
+      pass  # The launcher removed its directory: the job is ending.
 
 
   def _profile(self) -> None:
@@ -147,6 +226,47 @@ def boundary() -> None:
   _reporter.report(0, BOUNDARY)
 
 
+def epoch_end() -> None:
+  """Writes this task's step times now; the chief names a task markedly slower than the rest.
+
+  Keras `fit` and `tfdist.training.loop` call it at each epoch's end.
+  """
+  with _reporter.lock:
+    _reporter.write_steps(time.monotonic())
+  if _reporter.chief and _reporter.stem is not None:
+    line = step_times.straggler(step_times.read(os.path.dirname(_reporter.stem)))
+    if line:
+      logger.warning("tfdist: %s", line)
+
+
+def stamped_input(dataset):
+  """`dataset` with a last step that notes when each element leaves it, for the input wait.
+
+  Anything that is no `tf.data.Dataset`, or outside a launch, comes back as it
+  is. The elements are unchanged; the step is a `tf.numpy_function` named
+  INPUT_STAMP (tfdist.data.replay knows it replays).
+  """
+  tf = sys.modules.get("tensorflow")
+  if tf is None or _reporter.fd is None or not isinstance(dataset, tf.data.Dataset):
+    return dataset
+  stamps = _reporter.stamps
+  _reporter.stamped = True
+  spec = dataset.element_spec
+  one_tuple = type(spec) is tuple and len(spec) == 1  # pylint: disable=unidiomatic-typecheck
+
+  def stamp():
+    stamps.append(time.monotonic())
+    return 0.0
+
+  def passed(*parts):
+    done = tf.numpy_function(stamp, [], tf.float64, name=INPUT_STAMP)
+    with tf.control_dependencies([done]):
+      parts = tf.nest.map_structure(tf.identity, parts)
+    return parts if len(parts) > 1 or one_tuple else parts[0]
+
+  return dataset.map(passed)
+
+
 def training_end() -> None:
   """Tells the watchdog that this task's training is over: a slow exit is no stall.
 
@@ -163,10 +283,14 @@ def steps_done() -> int:
   return _reporter.steps
 
 
-def install(directory: str, task_type: str, task_index: int) -> None:
-  """Reports this process's progress into `directory`, and its stacks on SIGUSR1."""
+def install(directory: str, task_type: str, task_index: int, *, chief: bool = False) -> None:
+  """Reports this process's progress into `directory`, and its stacks on SIGUSR1.
+
+  `chief`: this task names a markedly slower task at each epoch's end (`epoch_end`).
+  """
   global _stacks_file
-  stem = os.path.join(directory, file_name(task_type, task_index))
+  stem = os.path.join(directory, file_name(f"{task_type}:{task_index}"))
+  _reporter.stem, _reporter.chief = stem, chief
   # Opened by this task, not inherited: a restarted task starts from 0 steps.
   _reporter.fd = os.open(stem + PROGRESS_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
   _stacks_file = open(stem + STACKS_SUFFIX, "w", encoding="utf-8")
@@ -186,9 +310,13 @@ def install_from_env(environ=None) -> bool:
   environ = os.environ if environ is None else environ
   directory = environ.get(PROGRESS_DIR_ENV)
   try:
-    task = json.loads(environ.get("TF_CONFIG") or "{}").get("task") or {}
-    stem = file_name(task["type"], int(task["index"]))
-  except (ValueError, KeyError, TypeError):
+    tf_config = json.loads(environ.get("TF_CONFIG") or "{}")
+    task = tf_config.get("task") or {}
+    stem = file_name(f"{task['type']}:{int(task['index'])}")
+    # TensorFlow's chief: the chief task, else worker 0 of a cluster without one.
+    chief = task["type"] == "chief" or (task["type"] == "worker" and int(task["index"]) == 0
+                                        and "chief" not in (tf_config.get("cluster") or {}))
+  except (ValueError, KeyError, TypeError, AttributeError):
     return False
   if environ.get(PROFILE_ENV) and environ.get(PROFILE_DIR_ENV):
     try:
@@ -198,7 +326,7 @@ def install_from_env(environ=None) -> bool:
       pass
   if directory:
     try:
-      install(directory, task["type"], int(task["index"]))
+      install(directory, task["type"], int(task["index"]), chief=chief)
     except OSError:
       directory = None
   if environ is os.environ:
@@ -226,6 +354,9 @@ def keras_callbacks(base: type) -> list:
 
     def on_epoch_begin(self, epoch, logs=None):
       boundary()
+
+    def on_epoch_end(self, epoch, logs=None):
+      epoch_end()
 
     def on_test_begin(self, logs=None):
       boundary()

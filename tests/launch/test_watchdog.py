@@ -132,7 +132,7 @@ def test_a_worker_blocked_in_its_input_pipeline_is_named_and_the_job_ends(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_slow_but_moving_worker_gets_no_alarm(tmp_path):
+def test_a_slow_but_moving_worker_gets_no_alarm_and_is_named_the_input_bound_straggler(tmp_path):
   result = helpers.run(helpers.tfdist_cli(
       "launch", "--workers=2", "--stall_timeout=3", "--",
       *helpers.python(os.path.join(helpers.SCRIPTS, "stall.py"), "slow", str(tmp_path))),
@@ -140,6 +140,14 @@ def test_a_slow_but_moving_worker_gets_no_alarm(tmp_path):
   assert result.returncode == 0, result.stdout[-4000:]
   assert "stalled" not in result.stdout
   assert len(re.findall(r"\[worker:\d\] final weights", result.stdout)) == 2
+  # Its input sleeps 0.1 s a batch: the chief (worker:0) names it at the epoch's end, and
+  # the launcher's table at the job's end has both tasks' 24 timed steps (the first compiles).
+  straggler = r"worker:1 holds the others back, waiting for its input \(\d+% of its steps; "
+  assert re.search(r"^\[worker:0\] tfdist: " + straggler, result.stdout, re.M), result.stdout
+  assert "[tfdist launch] per task, its training steps:\ntask " in result.stdout
+  for task in ("worker:0", "worker:1"):
+    assert re.search(rf"^{task} +25( +[\d.]+){{4}} +\d+%$", result.stdout, re.M), result.stdout
+  assert re.search(r"^" + straggler, result.stdout, re.M), result.stdout
 
 
 @pytest.mark.slow

@@ -42,10 +42,7 @@ changes nothing. `PATCHES` names the public issue behind each.
 """
 
 import contextlib
-import importlib.abc
-import importlib.machinery
 import logging
-import sys
 import weakref
 from typing import Any, Callable, Iterator, Optional, Tuple
 
@@ -79,7 +76,7 @@ PATCHES = {
 }
 # Patches written against one Keras's own code, tested with it alone.
 _TESTED_FOR = {"input_replay": ((3, 15), (3, 15))}
-# The module whose import `tfdist launch`'s task site waits for (enable_multi_worker_on_import).
+# The module whose import `tfdist launch`'s task site waits for, to enable_multi_worker().
 TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
 
 # What each patch replaced, to put back: (owner, name) -> function; name -> function.
@@ -476,35 +473,3 @@ def disable_input_replay() -> None:
   for epoch_iterator in list(_replaying):
     vars(epoch_iterator).pop("_enumerate_iterator", None)
   _replaying.clear()
-
-
-def enable_multi_worker_on_import() -> None:
-  """`enable_multi_worker()` right after Keras 3's trainer module first executes.
-
-  For `tfdist launch`'s task site, which runs before the user's script: Keras
-  is patched only if the script imports Keras 3, and never breaks that import.
-  """
-  sys.meta_path.insert(0, _EnableAfterImport())
-
-
-class _EnableAfterImport(importlib.abc.MetaPathFinder):
-  """Runs the workaround right after Keras 3's trainer module has executed."""
-
-  def find_spec(self, fullname, path=None, target=None):
-    if fullname != TRAINER_MODULE:
-      return None
-    sys.meta_path.remove(self)
-    spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-    if spec is None or spec.loader is None:
-      return spec
-    execute = spec.loader.exec_module
-
-    def exec_module(module):
-      execute(module)
-      try:
-        enable_multi_worker()
-      except Exception as e:  # pylint: disable=broad-except  Never break the user's import.
-        logger.warning("Keras 3 multi-worker workaround not applied: %r", e)
-
-    spec.loader.exec_module = exec_module
-    return spec

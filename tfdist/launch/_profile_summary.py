@@ -17,8 +17,9 @@ import glob
 import os
 from typing import List, Optional
 
-# An input-bound task waits this share of its step for input (the TF profiler's 20%).
-INPUT_BOUND_SHARE = 0.2
+from tfdist import _step_times as step_times
+from tfdist import progress
+
 # A task is the straggler when the others wait in collectives this much longer than it.
 MARKED = 2.0
 
@@ -32,11 +33,6 @@ class TaskProfile:
   step_ms: float
   input_ms: float
   collective_ms: float
-
-
-def _task_name(run: str) -> str:
-  task_type, _, index = run.rpartition("-")
-  return f"{task_type}:{index}"
 
 
 def summarize(profile_dir: str) -> List[TaskProfile]:
@@ -58,7 +54,7 @@ def summarize(profile_dir: str) -> List[TaskProfile]:
     collective_ms = sum(ms for name, (ms, _) in events.items()
                         if name.rpartition(":")[2].startswith("Collective")
                         and "::" not in name)
-    rows.append(TaskProfile(_task_name(run), steps, step_ms / steps, input_ms / steps,
+    rows.append(TaskProfile(progress.task_name(run), steps, step_ms / steps, input_ms / steps,
                             collective_ms / steps))
   return rows
 
@@ -81,7 +77,7 @@ def straggler(rows: List[TaskProfile]) -> Optional[str]:
   if min(others) < MARKED * slowest.collective_ms + 1.0:
     return None
   why = ("input-bound: it waits for its input pipeline" if slowest.input_ms >=
-         INPUT_BOUND_SHARE * slowest.step_ms else "computing: its steps take longer")
+         step_times.INPUT_BOUND_SHARE * slowest.step_ms else "computing: its steps take longer")
   return (f"{slowest.task} is the straggler, {why} ({slowest.input_ms:.1f} ms of input wait in "
           f"a {slowest.step_ms:.1f} ms step) while the others wait "
           f"{min(others):.1f} ms or more per step in collectives")

@@ -159,6 +159,9 @@ class Cluster:
           return code
     finally:
       if self.watchdog is not None:
+        summary = watchdog_lib.step_summary(self.watchdog.directory)  # Each task's steps.
+        if summary:
+          self.report(summary)
         shutil.rmtree(self.watchdog.directory, ignore_errors=True)
       for sig, handler in previous.items():
         signal.signal(sig, handler)

@@ -16,6 +16,8 @@ On a stall `stacks()` has every task dump the Python stack of each of its
 threads (SIGUSR1, `faulthandler`), and `culprit()` names the task to look at:
 one with a thread in code of its own rather than inside TensorFlow (a task
 waiting in a collective sits in TensorFlow), else the one furthest behind.
+At the end `step_summary()` is every task's table of step times and input
+waits from the same directory (`tfdist.progress`), with the straggler named.
 
 Example:
 
@@ -33,6 +35,7 @@ import tempfile
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
+from tfdist import _step_times as step_times
 from tfdist import progress
 
 # Seconds without a step anywhere before a job is stalled, unless told.
@@ -135,8 +138,7 @@ class StallWatchdog:
       if name.endswith(progress.PROGRESS_SUFFIX):
         report = read_report(os.path.join(self.directory, name))
         if report is not None:
-          task_type, _, index = name[:-len(progress.PROGRESS_SUFFIX)].rpartition("-")
-          found[f"{task_type}:{index}"] = report
+          found[progress.task_name(name[:-len(progress.PROGRESS_SUFFIX)])] = report
     return found
 
   def check(self) -> Optional[Stall]:
@@ -172,8 +174,7 @@ class StallWatchdog:
     for task, report in reports.items():
       if report.phase == progress.END:
         continue  # Gone or leaving: its pid may be another process's by now.
-      path = os.path.join(self.directory, progress.file_name(*_split(task)) +
-                          progress.STACKS_SUFFIX)
+      path = os.path.join(self.directory, progress.file_name(task) + progress.STACKS_SUFFIX)
       paths[task] = path
       try:
         os.kill(report.pid, progress.STACKS_SIGNAL)
@@ -194,11 +195,6 @@ def _read(path: str) -> str:
       return f.read()
   except OSError:
     return ""
-
-
-def _split(task: str) -> Tuple[str, int]:
-  task_type, _, index = task.rpartition(":")
-  return task_type, int(index)
 
 
 def _is_python(path: str) -> bool:
@@ -248,8 +244,8 @@ def culprit(stall: Stall, stacks: Mapping[str, str]) -> str:
   busy = {task: frames for task, frames in busy.items() if frames}
   if busy and len(busy) < len(stacks):
     task, frames = sorted(busy.items())[0]
-    return (f"{task} is not waiting inside TensorFlow (a collective waits there): it is in "
-            f"{frames[0]}" + (f" and {len(busy) - 1} more task(s)" if len(busy) > 1 else ""))
+    return _in_own_code(task, frames[0]) + (
+        f" and {len(busy) - 1} more task(s)" if len(busy) > 1 else "")
   steps = {task: r.steps for task, r in stall.reports.items()}
   if steps and min(steps.values()) < max(steps.values()):
     task = min(steps, key=steps.get)
@@ -258,6 +254,10 @@ def culprit(stall: Stall, stacks: Mapping[str, str]) -> str:
   return ("every task waits inside TensorFlow at step "
           f"{max(steps.values()) if steps else 0} (a collective, or an input pipeline's C++ "
           "code): see each task's stacks above")
+
+
+def _in_own_code(task: str, frame: str) -> str:
+  return f"{task} is not waiting inside TensorFlow (a collective waits there): it is in {frame}"
 
 
 def describe(stall: Stall) -> str:
@@ -271,9 +271,30 @@ def where(task: str, stacks: str) -> str:
   """One line saying where a single task is, from its stacks (for a task watched alone)."""
   frames = own_code_frames(stacks)
   if frames:
-    return f"{task} is not waiting inside TensorFlow (a collective waits there): it is in {frames[0]}"
+    return _in_own_code(task, frames[0])
   return (f"{task} waits inside TensorFlow (a collective, or an input pipeline's C++ code): "
           "compare its stacks with the other tasks'")
+
+
+def step_summary(directory: str) -> Optional[str]:
+  """Every training task's steps in `directory`, as a table, and the straggler if one stands out.
+
+  The tasks' rows (`tfdist.progress` writes them once a second and when
+  training ends): steps, then milliseconds per step, median and p95, of the
+  step and of its input wait. None when no task trained. A launcher calls it
+  at the job's end, before removing the directory.
+
+  Example:
+
+      >>> text = step_summary(watchdog.directory)
+      >>> if text: print(text)
+  """
+  rows = [row for row in step_times.read(directory) if row.steps]
+  if not rows:
+    return None
+  line = step_times.straggler(rows)
+  return ("per task, its training steps:\n" + step_times.table(rows) +
+          (f"\n{line}" if line else ""))
 
 
 def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeout: float,
@@ -300,9 +321,15 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
       dog = StallWatchdog(directory, timeout)
       while True:
         try:
-          return child.wait(timeout=1.0)
+          code = child.wait(timeout=1.0)
         except subprocess.TimeoutExpired:
           pass
+        else:
+          summary = step_summary(directory)  # This task's row: its log holds it.
+          if summary:
+            output.write(f"tfdist task: {summary}\n")
+            output.flush()
+          return code
         stall = dog.check()
         if stall is None:
           continue

@@ -19,7 +19,9 @@ try:
 except ImportError:  # A task run by a Python without tfdist: nothing to enable.
   keras_internals = None
 if keras_internals is not None:
-  keras_internals.enable_multi_worker_on_import()
+  from tfdist.launch import _task_imports as task_imports
+  task_imports.after_import(keras_internals.TRAINER_MODULE,
+                            lambda _: keras_internals.enable_multi_worker())
   # Keras 3's own callbacks write once; a task that would train alone is told so.
   task_keras.enable_keras3_callbacks_on_import()
   trains_alone.install()
@@ -27,11 +29,10 @@ if keras_internals is not None:
   # every Keras `fit` reporting them once either Keras is imported.
   from tfdist.internals import fit_callbacks
   from tfdist import progress
-  from tfdist.launch import _task_imports as task_imports
   if progress.install_from_env():
     for _name in fit_callbacks.KERAS_MODULES:
-      task_imports.after_import(
-          _name, lambda _: fit_callbacks.enable_fit_callbacks(progress.keras_callbacks))
+      task_imports.after_import(_name, lambda _: fit_callbacks.enable_fit_callbacks(
+          progress.keras_callbacks, progress.stamped_input))
   # Workers whose models or versions differ are refused, naming what (tfdist.strategies._fingerprint).
   task_imports.after_import("tensorflow", lambda _: importlib.import_module(
       "tfdist.strategies._fingerprint").enable_for_every_scope())

@@ -1,0 +1,66 @@
+"""tfdist._step_times: each task's step time and input wait, median and p95; the straggler named."""
+
+from tfdist import _step_times as step_times
+
+
+def _row(task, step, wait, steps=50):
+  return step_times.summarize(task, steps, [step] * steps, [] if wait is None else [wait] * steps)
+
+
+def test_median_p95_and_share_of_the_steps_and_input_waits():
+  row = step_times.summarize("worker:0", 20, [0.01 * i for i in range(1, 21)], [0.0] * 19 + [0.5])
+  assert (row.task, row.steps) == ("worker:0", 20)
+  assert abs(row.step_median - 0.105) < 1e-9 and abs(row.step_p95 - 0.19) < 1e-9
+  assert (row.input_median, row.input_p95) == (0.0, 0.0)
+  assert abs(row.input_share - 0.5 / 2.1) < 1e-9  # The waits' sum over the steps'.
+  # Not measured (a custom loop's step_done): no input wait, not zero.
+  unmeasured = step_times.summarize("worker:1", 3, [0.1, 0.2, 0.3])
+  assert (unmeasured.input_median, unmeasured.input_p95, unmeasured.input_share) == (
+      None, None, None)
+  assert step_times.summarize("ps:0", 0, []).step_median == 0.0
+
+
+def test_the_task_the_others_wait_for_is_named_input_bound():
+  # A synchronous job: every step as long as the slowest's; worker:1 waits for its input.
+  rows = [_row("worker:0", 0.100, 0.0), _row("worker:1", 0.101, 0.095),
+          _row("worker:2", 0.100, 0.001)]
+  assert step_times.straggler(rows) == (
+      "worker:1 holds the others back, waiting for its input (94% of its steps; input wait "
+      "95.0 ms median, 95.0 ms p95, in a 101.0 ms step); the other tasks wait 0% of theirs "
+      "for input (median) and the rest for it, in the collectives")
+  # Every other step waiting (a strategy that splits one element into two steps) is named too.
+  halves = step_times.summarize("worker:1", 50, [0.1] * 50, [0.09, 0.0] * 25)
+  assert step_times.straggler([_row("worker:0", 0.1, 0.0), halves]).startswith(
+      "worker:1 holds the others back, waiting for its input (45% of its steps")
+  # Alike tasks name no one, nor does a small wait, nor a single task, nor too few steps.
+  assert step_times.straggler([_row("worker:0", 0.1, 0.0), _row("worker:1", 0.1, 0.001)]) is None
+  assert step_times.straggler([_row("worker:0", 0.1, 0.03), _row("worker:1", 0.1, 0.04)]) is None
+  assert step_times.straggler([_row("worker:1", 0.1, 0.095)]) is None
+  assert step_times.straggler([_row("worker:0", 0.1, 0.0),
+                               _row("worker:1", 0.1, 0.095, steps=4)]) is None
+
+
+def test_a_task_markedly_slower_than_the_median_is_named_with_why():
+  # Tasks that do not wait for each other (parameter-server workers).
+  computing = [_row("worker:0", 0.05, 0.0), _row("worker:1", 0.05, 0.001),
+               _row("worker:2", 0.2, 0.001)]
+  assert step_times.straggler(computing) == (
+      "worker:2 is markedly slower than the median task (200.0 ms a step against 50.0 ms): "
+      "computing (200.0 ms a step, median, 0% of it input wait)")
+  waiting = [_row("worker:0", 0.05, None), _row("worker:1", 0.2, 0.15)]
+  assert step_times.straggler(waiting) == (
+      "worker:1 is markedly slower than the median task (200.0 ms a step against 125.0 ms): "
+      "waiting for its input (75% of its steps; input wait 150.0 ms median, 150.0 ms p95, in "
+      "a 200.0 ms step)")
+
+
+def test_the_table_and_the_rows_a_task_writes(tmp_path):
+  rows = [_row("worker:0", 0.1, 0.0), _row("worker:1", 0.1, None, steps=7)]
+  for row in rows:
+    (tmp_path / f"{row.task.replace(':', '-')}.steps").write_text(step_times.to_text(row))
+  (tmp_path / "worker-2.steps").write_text("{half a row")  # Skipped, as a file mid-write.
+  assert step_times.read(str(tmp_path)) == rows
+  assert step_times.table(rows).splitlines() == [
+      "task          steps  step ms median      p95  input wait ms median      p95  input share",
+      "worker:0         50           100.0    100.0                   0.0      0.0           0%",
+      "worker:1          7           100.0    100.0                     -        -            -"]

@@ -1,0 +1,157 @@
+"""Each task's step time and input wait while it trains: median, p95, and the straggler named.
+
+A launched task (`tfdist.progress`) keeps its last `WINDOW` step times and
+input waits, and every `WRITE_SECONDS` (and at each epoch's end and the end of
+training) writes their median and p95 to `<task>.steps` beside its progress
+file. The chief names a task markedly slower than the others at each epoch's
+end; the launcher prints every task's row at the job's end (`table`,
+`straggler`). No TensorFlow here.
+
+In a synchronous job every task's step lasts as long as the slowest's (the
+others wait for it in the collectives), so step times alone name no one:
+the task whose input wait stands out is the one the others wait for. A task
+whose own steps are slower (a job whose tasks do not wait for each other, as
+parameter-server workers do not) is named by its step time, and why by its
+input wait.
+
+Example:
+
+    >>> rows = [summarize("worker:0", 50, [0.1] * 50, [0.0] * 50),
+    ...         summarize("worker:1", 50, [0.1] * 50, [0.09] * 50)]
+    >>> straggler(rows)
+    'worker:1 holds the others back, waiting for its input (90% of its steps, ...'
+"""
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+from typing import List, Optional, Sequence
+
+STEPS_SUFFIX = ".steps"
+# The steps a task keeps (the most recent): its statistics are of these.
+WINDOW = 1000
+# Seconds between two writes of a task's statistics while it trains.
+WRITE_SECONDS = 1.0
+# Fewer steps than this name no one: too few to say.
+MIN_STEPS = 5
+# Markedly slower: this many times the median task's step (or input wait).
+MARKED = 1.5
+# Input-bound: this share of a step waits for input (the TF profiler's 20%).
+INPUT_BOUND_SHARE = 0.2
+# Input waits below this (seconds a step) are noise, whatever their ratio.
+NOISE_SECONDS = 0.002
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSteps:
+  """One task's training steps: how many, seconds per step (median, p95), the input's share.
+
+  `input_median`, `input_p95` and `input_share` (the input waits' sum over the
+  steps' sum) are None where the input wait is not measured (a custom loop's
+  `step_done()`; a `fit` whose input is no `tf.data.Dataset`).
+  """
+
+  task: str
+  steps: int
+  step_median: float
+  step_p95: float
+  input_median: Optional[float] = None
+  input_p95: Optional[float] = None
+  input_share: Optional[float] = None
+
+
+def _p95(ordered: Sequence[float]) -> float:
+  """The nearest-rank 95th percentile of sorted values."""
+  return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def summarize(task: str, steps: int, step_seconds: Sequence[float],
+              input_seconds: Sequence[float] = ()) -> TaskSteps:
+  """The median and p95 of a task's step times and input waits (empty: 0, and None)."""
+  times = sorted(step_seconds)
+  waits = sorted(input_seconds)
+  if not waits:
+    return TaskSteps(task, steps, statistics.median(times) if times else 0.0,
+                     _p95(times) if times else 0.0)
+  # A mean, not a median: where a strategy splits one element into two steps, every
+  # other step waits, and the median falls on either side.
+  share = min(1.0, statistics.fmean(waits) / statistics.fmean(times)) if times else 0.0
+  return TaskSteps(task, steps, statistics.median(times) if times else 0.0,
+                   _p95(times) if times else 0.0, statistics.median(waits), _p95(waits), share)
+
+
+def to_text(row: TaskSteps) -> str:
+  """One JSON line, as a task writes its `.steps` file."""
+  return json.dumps(dataclasses.asdict(row))
+
+
+def read(directory: str) -> List[TaskSteps]:
+  """Every task's row in `directory` (files that do not parse are skipped), by task."""
+  rows = []
+  for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+    if name.endswith(STEPS_SUFFIX):
+      try:
+        with open(os.path.join(directory, name), encoding="utf-8") as f:
+          rows.append(TaskSteps(**json.load(f)))
+      except (OSError, ValueError, TypeError):
+        pass
+  return sorted(rows, key=lambda r: r.task)
+
+
+def _ms(seconds: Optional[float]) -> str:
+  return "-" if seconds is None else f"{1000 * seconds:.1f}"
+
+
+def table(rows: Sequence[TaskSteps]) -> str:
+  """The rows as an aligned text table, milliseconds per step."""
+  lines = [f"{'task':<12} {'steps':>6} {'step ms median':>15} {'p95':>8} "
+           f"{'input wait ms median':>21} {'p95':>8} {'input share':>12}"]
+  lines += [f"{r.task:<12} {r.steps:>6} {_ms(r.step_median):>15} {_ms(r.step_p95):>8} "
+            f"{_ms(r.input_median):>21} {_ms(r.input_p95):>8} {_percent(r.input_share):>12}"
+            for r in rows]
+  return "\n".join(lines)
+
+
+def _percent(share: Optional[float]) -> str:
+  return "-" if share is None else f"{100 * share:.0f}%"
+
+
+def _why(row: TaskSteps) -> str:
+  if row.input_share is not None and row.input_share >= INPUT_BOUND_SHARE:
+    return (f"waiting for its input ({_percent(row.input_share)} of its steps; input wait "
+            f"{_ms(row.input_median)} ms median, {_ms(row.input_p95)} ms p95, in a "
+            f"{_ms(row.step_median)} ms step)")
+  known = "" if row.input_share is None else f", {_percent(row.input_share)} of it input wait"
+  return f"computing ({_ms(row.step_median)} ms a step, median{known})"
+
+
+def straggler(rows: Sequence[TaskSteps]) -> Optional[str]:
+  """One line naming a task markedly slower than the median task, and why; None if none is.
+
+  First a task whose median step is MARKED times the median of the tasks'
+  (tasks that do not wait for each other); else, where steps are alike (a
+  synchronous job), a task whose share of its steps waiting for input is
+  MARKED times the median task's, and at least INPUT_BOUND_SHARE: the one
+  the others wait for. Tasks with fewer than MIN_STEPS steps are left out.
+  """
+  rows = [r for r in rows if r.steps >= MIN_STEPS]
+  if len(rows) < 2:
+    return None
+  typical = statistics.median(r.step_median for r in rows)
+  slowest = max(rows, key=lambda r: r.step_median)
+  if slowest.step_median > MARKED * typical:
+    return (f"{slowest.task} is markedly slower than the median task ({_ms(slowest.step_median)} "
+            f"ms a step against {_ms(typical)} ms): {_why(slowest)}")
+  measured = [r for r in rows if r.input_share is not None]
+  if len(measured) < 2:
+    return None
+  hungry = max(measured, key=lambda r: r.input_share)
+  usual = statistics.median(r.input_share for r in measured if r is not hungry)
+  if (hungry.input_share >= max(INPUT_BOUND_SHARE, MARKED * usual) and
+      (hungry.input_share - usual) * hungry.step_median >= NOISE_SECONDS):
+    return (f"{hungry.task} holds the others back, {_why(hungry)}; the other tasks wait "
+            f"{_percent(usual)} of theirs for input (median) and the rest for it, in the "
+            "collectives")
+  return None
