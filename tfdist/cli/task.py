@@ -61,9 +61,13 @@ def main(argv) -> int:
   try:
     os.execvpe(command[0], command, env)
   except OSError as e:
-    print(f"tfdist task: could not run {command[0]!r}: {e.strerror}. Received: "
-          f"command={command!r}", file=sys.stderr)
-    return 127
+    return _could_not_run(command, e)
+
+
+def _could_not_run(command, error: OSError) -> int:
+  print(f"tfdist task: could not run {command[0]!r}: {error.strerror}. Received: "
+        f"command={command!r}", file=sys.stderr)
+  return 127
 
 
 def _watched(command, env, task, stall_timeout, grace_period) -> int:
@@ -73,9 +77,7 @@ def _watched(command, env, task, stall_timeout, grace_period) -> int:
     code = watchdog.watch_task(command, env, task, stall_timeout, sys.stdout, grace_period,
                                preexec_fn=supervision.die_with_parent(os.getpid()))
   except OSError as e:
-    print(f"tfdist task: could not run {command[0]!r}: {e.strerror}. Received: "
-          f"command={command!r}", file=sys.stderr)
-    return 127
+    return _could_not_run(command, e)
   if code < 0:  # Die of the same signal, as the command did.
     sys.stdout.flush()
     if -code not in (signal.SIGKILL, signal.SIGSTOP):  # Those keep their default action.

@@ -25,7 +25,7 @@ Example:
 
 import logging
 import os
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
 from tfdist import cluster as cluster_lib
 
@@ -57,23 +57,26 @@ def thread_variables(spec: cluster_lib.ClusterSpec, env: Mapping[str, str], *,
     {variable: threads} for the pools not set by the user; empty for a
     one-task spec, or when the user set every pool.
   """
-  tasks = sum(1 for _ in spec.tasks())
-  if tasks < 2:
-    return {}
-  cores = available_cores() if cores is None else cores
-  share = str(max(1, cores // tasks))
-  names = [INTRA_OP_ENV] if cluster_lib.PS in spec.jobs else [INTRA_OP_ENV, INTER_OP_ENV]
-  return {name: share for name in names if name not in env}
+  return _shares(spec, env, cores)[2]
 
 
 def share_cores(spec: cluster_lib.ClusterSpec, env: Mapping[str, str], *,
                 cores: Optional[int] = None) -> Dict[str, str]:
   """`env` with each task's share of the threads (`thread_variables`), said once in the log."""
-  cores = available_cores() if cores is None else cores
-  shares = thread_variables(spec, env, cores=cores)
+  tasks, cores, shares = _shares(spec, env, cores)
   if shares:
-    tasks = sum(1 for _ in spec.tasks())
     logger.info("tfdist: %d tasks share this machine's %d cores: each gets %s (set them in "
                 "the environment to choose otherwise)", tasks, cores,
                 " ".join(f"{k}={v}" for k, v in shares.items()))
   return {**env, **shares}
+
+
+def _shares(spec, env, cores) -> Tuple[int, int, Dict[str, str]]:
+  """(tasks, cores, the variables of `thread_variables`), counted once."""
+  tasks = sum(1 for _ in spec.tasks())
+  cores = available_cores() if cores is None else cores
+  if tasks < 2:
+    return tasks, cores, {}
+  share = str(max(1, cores // tasks))
+  names = [INTRA_OP_ENV] if cluster_lib.PS in spec.jobs else [INTRA_OP_ENV, INTER_OP_ENV]
+  return tasks, cores, {name: share for name in names if name not in env}
