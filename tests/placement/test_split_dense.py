@@ -118,3 +118,80 @@ def test_bad_arguments_are_refused_with_what_was_received():
   with pytest.raises(ValueError, match=r"build the layer first. Received: 2 array\(s\), "
                      r"built=False"):
     placement.SplitDense(4, DEVICES).set_dense_weights([np.zeros((2, 4)), np.zeros(4)])
+
+
+def _regression(seed=0):
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(64, 6)).astype("float32")
+  return x, np.tanh(x @ rng.normal(size=(6, 1))).astype("float32")
+
+
+def test_trains_under_a_mirrored_strategy_as_the_unsplit_model_does():
+  x, y = _regression()
+  strategy = tf.distribute.MirroredStrategy(DEVICES)
+  with strategy.scope():
+    whole = keras.Sequential([keras.Input((6,)), keras.layers.Dense(16, activation="relu"),
+                              keras.layers.Dense(1)])
+    split = keras.Sequential([
+        keras.Input((6,)),
+        placement.SplitDense(16, DEVICES, split="columns", activation="relu"),
+        placement.SplitDense(1, DEVICES, split="rows")])
+    for layer, dense in zip(split.layers, whole.layers):
+      layer.set_dense_weights(dense.get_weights())
+    histories = []
+    for model in (whole, split):
+      model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+      histories.append(model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0))
+  np.testing.assert_allclose(histories[1].history["loss"], histories[0].history["loss"],
+                             rtol=1e-5)
+  for layer, dense in zip(split.layers, whole.layers):
+    for a, b in zip(layer.dense_weights(), dense.get_weights()):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  # Data parallelism copies every variable to every replica: each slice lives on both
+  # devices, so the split saves no memory there (the guide says so).
+  kernel = split.layers[0].kernels[1]
+  assert sorted(v.device[-5:] for v in kernel.values) == ["CPU:0", "CPU:1"]
+
+
+def test_keras3_split_equals_the_unsplit_dense_and_trains_under_mirrored():
+  import keras as keras3  # pylint: disable=import-outside-toplevel
+  x, y = _regression(1)
+  dense = keras3.layers.Dense(7, activation="tanh")
+  dense.build((None, 6))
+  split = placement.Keras3SplitDense.from_dense(dense, DEVICES, split="rows")
+  assert [k.value.device[-5:] for k in split.kernels] == ["CPU:0", "CPU:1"]
+  np.testing.assert_allclose(split(x).numpy(), dense(x).numpy(), rtol=1e-6, atol=1e-6)
+  dx, *grads = _gradients(split, tf.Variable(x))
+  whole_dx, kernel_grad, bias_grad = _gradients(dense, tf.Variable(x))
+  np.testing.assert_allclose(dx, whole_dx, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(np.concatenate(grads[:2]), kernel_grad, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(grads[2], bias_grad, rtol=1e-6, atol=1e-6)
+  histories = []
+  with tf.distribute.MirroredStrategy(DEVICES).scope():
+    keras3.utils.set_random_seed(0)
+    whole = keras3.Sequential([keras3.Input((6,)), keras3.layers.Dense(16, activation="relu"),
+                               keras3.layers.Dense(1)])
+    split = keras3.Sequential([
+        keras3.Input((6,)),
+        placement.Keras3SplitDense(16, DEVICES, split="columns", activation="relu"),
+        placement.Keras3SplitDense(1, DEVICES, split="rows")])
+    for layer, dense in zip(split.layers, whole.layers):
+      layer.set_dense_weights(dense.get_weights())
+    for model in (whole, split):
+      model.compile(optimizer=keras3.optimizers.SGD(0.1), loss="mse")
+      histories.append(model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0))
+  assert histories[1].history["loss"][-1] < histories[1].history["loss"][0]
+  np.testing.assert_allclose(histories[1].history["loss"], histories[0].history["loss"],
+                             rtol=1e-5)
+  config = split.layers[0].get_config()
+  assert placement.Keras3SplitDense.from_config(config).devices == DEVICES
+
+
+def test_a_keras3_model_is_told_which_layer_to_use():
+  import keras as keras3  # pylint: disable=import-outside-toplevel
+  with pytest.raises(TypeError, match=r"SplitDense is a tf_keras layer.*use "
+                     r"tfdist.placement.Keras3SplitDense.*Received: keras\..*KerasTensor"):
+    placement.SplitDense(4, DEVICES)(keras3.Input((6,)))
+  with pytest.raises(TypeError, match=r"Keras3SplitDense.from_dense takes a keras.layers.Dense "
+                     r"\(Keras 3\) layer. Received: tf_keras.*Dense"):
+    placement.Keras3SplitDense.from_dense(keras.layers.Dense(2), DEVICES)

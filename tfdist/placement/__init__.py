@@ -7,7 +7,7 @@ does not:
   layers per device, with optional micro-batches (GPipe's schedule);
 - `SplitDense` (split_dense.py): one fully connected layer over several
   devices, by output columns (outputs concatenated) or by input rows (partial
-  products summed).
+  products summed); `Keras3SplitDense` is the same layer for a Keras 3 model.
 
 Example:
 
@@ -17,6 +17,7 @@ Example:
 """
 
 from tfdist.placement._blocks import PlacedSequential, place_layers, split_layers
-from tfdist.placement._split_dense import SPLITS, SplitDense
+from tfdist.placement._split_dense import SPLITS, Keras3SplitDense, SplitDense
 
-__all__ = ["PlacedSequential", "SPLITS", "SplitDense", "place_layers", "split_layers"]
+__all__ = ["Keras3SplitDense", "PlacedSequential", "SPLITS", "SplitDense", "place_layers",
+           "split_layers"]

@@ -12,7 +12,9 @@ A `Dense` layer computes `activation(x @ kernel + bias)`. It can be split two wa
 Either way each device holds 1/n of the weights and does 1/n of the multiply,
 and what crosses between devices is activations (batch x width), not weights:
 for a wide layer and a small batch, far fewer bytes than data parallelism's
-all-reduce of every gradient. Notebook 16 counts both.
+all-reduce of every gradient. Notebook 16 counts both. `SplitDense` is the
+tf_keras layer, `Keras3SplitDense` the same for Keras 3; both share the
+functions below.
 
 Example:
 
@@ -26,6 +28,7 @@ Example:
 
 from typing import List, Sequence
 
+import keras  # Keras 3, for Keras3SplitDense
 import numpy as np
 import tensorflow as tf
 import tf_keras
@@ -67,6 +70,12 @@ class SplitDense(tf_keras.layers.Layer):
     kernel_initializer: as for Dense, drawn for the whole kernel, then sliced.
     bias_initializer: as for Dense.
 
+  This is a tf_keras layer (`tfdist.keras`); for a Keras 3 model use
+  `Keras3SplitDense`, the same layer. Under a data-parallel strategy
+  (MirroredStrategy over the same devices) it trains as the unsplit layer
+  does, but each replica then holds every slice: the split saves no memory
+  there, only under a strategy with one device per worker, or none.
+
   Example:
 
       >>> layer = SplitDense(4096, ["/cpu:0", "/cpu:1"], split="columns")
@@ -80,120 +89,36 @@ class SplitDense(tf_keras.layers.Layer):
                activation=None, use_bias: bool = True,
                kernel_initializer="glorot_uniform", bias_initializer="zeros", **kwargs):
     super().__init__(**kwargs)
-    if isinstance(units, bool) or not isinstance(units, (int, np.integer)) or units < 1:
-      raise ValueError(f"`units` must be an integer >= 1. Received: units={units!r}")
-    if isinstance(devices, str) or not devices or \
-        not all(isinstance(d, str) for d in devices):
-      raise ValueError("`devices` must be a non-empty list of device names, e.g. "
-                       f"['/cpu:0', '/cpu:1']. Received: devices={devices!r}")
-    if split not in SPLITS:
-      raise ValueError(f"`split` must be one of {list(SPLITS)}. Received: split={split!r}")
-    if split == "columns" and units < len(devices):
-      raise ValueError(
-          f"Split by columns needs at least one output per device: {units} unit(s) on "
-          f"{len(devices)} device(s). Use fewer devices or split='rows'. "
-          f"Received: units={units}, devices={list(devices)}")
-    self.units, self.devices, self.split = int(units), list(devices), split
-    self.activation = tf_keras.activations.get(activation)
-    self.use_bias = use_bias
-    self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
-    self.bias_initializer = tf_keras.initializers.get(bias_initializer)
-    self.kernels, self.biases, self._slices = [], [], []
+    _configure(self, tf_keras, units, devices, split, activation, use_bias, kernel_initializer,
+               bias_initializer)
+    self._slices = []
+
+  def __call__(self, inputs, *args, **kwargs):
+    # tf_keras would fail on it with "'tuple' object has no attribute 'rank'".
+    if _is_keras3(inputs):
+      raise TypeError(
+          "SplitDense is a tf_keras layer (tfdist.keras) and cannot take a Keras 3 tensor; in a "
+          "Keras 3 model use tfdist.placement.Keras3SplitDense, the same layer. Received: "
+          f"{type(inputs).__module__}.{type(inputs).__name__}")
+    return super().__call__(inputs, *args, **kwargs)
 
   def build(self, input_shape):
-    input_shape = tf.TensorShape(input_shape)
-    if input_shape.rank is None or input_shape[-1] is None:
-      raise ValueError("SplitDense needs the inputs' last dimension to split the kernel; "
-                       "give the model an input with it, e.g. keras.Input((features,)). "
-                       f"Received: input_shape={input_shape}")
-    inputs = int(input_shape[-1])
-    parts = len(self.devices)
-    if self.split == "rows" and inputs < parts:
-      raise ValueError(
-          f"Split by rows needs at least one input per device: {inputs} input(s) on "
-          f"{parts} device(s). Use fewer devices or split='columns'. "
-          f"Received: input_shape={input_shape}, devices={self.devices}")
-    full = {}
-
-    # Drawn once for the whole (inputs, units) kernel and sliced: Glorot's
-    # limits depend on the whole shape, not a slice's.
-    def kernel_slice(rows, cols):
-      def initializer(shape, dtype=None, **_):
-        if "kernel" not in full:
-          full["kernel"] = self.kernel_initializer((inputs, self.units), dtype=dtype)
-        return full["kernel"][rows, cols]
-      return initializer
-
-    self._slices = _slices(self.units if self.split == "columns" else inputs, parts)
-    for i, (device, part) in enumerate(zip(self.devices, self._slices)):
-      rows, cols = (slice(None), part) if self.split == "columns" else (part, slice(None))
-      shape = (inputs, part.stop - part.start) if self.split == "columns" \
-          else (part.stop - part.start, self.units)
-      with tf.device(device):
-        self.kernels.append(self.add_weight(
-            f"kernel_{i}", shape=shape, initializer=kernel_slice(rows, cols)))
-        if self.use_bias and self.split == "columns":
-          self.biases.append(self.add_weight(
-              f"bias_{i}", shape=(shape[1],), initializer=self.bias_initializer))
-    if self.use_bias and self.split == "rows":
-      with tf.device(self.devices[0]):
-        self.biases.append(self.add_weight(
-            "bias", shape=(self.units,), initializer=self.bias_initializer))
+    self._slices = _build(self, input_shape)
     super().build(input_shape)
 
   def call(self, inputs):
-    # Rank > 2 (sequences, images): the last axis is contracted, as Dense does.
-    rows = tf.reshape(inputs, [-1, tf.shape(inputs)[-1]]) if inputs.shape.rank != 2 else inputs
-    if self.split == "columns":
-      outputs = [_affine_on(device, rows, kernel, self.biases[i] if self.use_bias else None)
-                 for i, (device, kernel) in enumerate(zip(self.devices, self.kernels))]
-      with tf.device(self.devices[0]):
-        # After the concatenation: an activation such as softmax needs every column.
-        y = tf.concat(outputs, axis=-1)
-    else:
-      with tf.device(self.devices[0]):
-        # Sliced where the input is, so each device receives only its rows.
-        parts = tf.split(rows, [part.stop - part.start for part in self._slices], axis=-1)
-      partials = [_affine_on(device, part, kernel, None)
-                  for device, part, kernel in zip(self.devices, parts, self.kernels)]
-      with tf.device(self.devices[0]):
-        y = tf.add_n(partials)
-        if self.use_bias:
-          y = y + self.biases[0]
-    with tf.device(self.devices[0]):
-      if inputs.shape.rank != 2:
-        y = tf.reshape(y, tf.concat([tf.shape(inputs)[:-1], [self.units]], axis=0))
-      return self.activation(y)
+    return _call(self, self._slices, inputs)
 
   def compute_output_shape(self, input_shape):
     return tf.TensorShape(input_shape)[:-1].concatenate([self.units])
 
   def dense_weights(self) -> List[np.ndarray]:
     """[kernel, bias] (or [kernel]) as the unsplit Dense's `get_weights()` would give them."""
-    axis = 1 if self.split == "columns" else 0
-    weights = [np.concatenate([k.numpy() for k in self.kernels], axis=axis)]
-    if self.use_bias:
-      weights.append(np.concatenate([b.numpy() for b in self.biases]))
-    return weights
+    return _dense_weights(self)
 
   def set_dense_weights(self, weights: Sequence[np.ndarray]) -> None:
     """Takes an unsplit Dense's [kernel, bias] (or [kernel]) and gives each device its slice."""
-    expected = 2 if self.use_bias else 1
-    if not self.built or len(weights) != expected:
-      raise ValueError(
-          f"set_dense_weights takes a built layer and {expected} array(s) ([kernel, bias] "
-          f"of a Dense with use_bias={self.use_bias}); build the layer first. "
-          f"Received: {len(weights)} array(s), built={self.built}")
-    kernel = np.asarray(weights[0])
-    for part, variable in zip(self._slices, self.kernels):
-      variable.assign(kernel[:, part] if self.split == "columns" else kernel[part, :])
-    if self.use_bias:
-      bias = np.asarray(weights[1])
-      if self.split == "columns":
-        for part, variable in zip(self._slices, self.biases):
-          variable.assign(bias[part])
-      else:
-        self.biases[0].assign(bias)
+    _set_dense_weights(self, self._slices, weights)
 
   @classmethod
   def from_dense(cls, layer: tf_keras.layers.Dense, devices: Sequence[str], *,
@@ -203,27 +128,217 @@ class SplitDense(tf_keras.layers.Layer):
     Raises:
       TypeError: `layer` is not a tf_keras Dense.
     """
-    if not isinstance(layer, tf_keras.layers.Dense):
-      raise TypeError("SplitDense.from_dense takes a tfdist.keras.layers.Dense layer. "
-                      f"Received: {type(layer).__module__}.{type(layer).__name__}")
-    config = layer.get_config()
-    split_layer = cls(config["units"], devices, split=split, activation=config["activation"],
-                      use_bias=config["use_bias"],
-                      kernel_initializer=config["kernel_initializer"],
-                      bias_initializer=config["bias_initializer"], name=f"{layer.name}_split")
-    if layer.built:
-      split_layer.build((None, int(layer.kernel.shape[0])))
-      split_layer.set_dense_weights(layer.get_weights())
-    return split_layer
+    return _from_dense(cls, tf_keras, "tfdist.keras.layers.Dense", layer, devices, split)
 
   def get_config(self):
-    config = super().get_config()
-    config.update(
-        units=self.units, devices=list(self.devices), split=self.split,
-        activation=tf_keras.activations.serialize(self.activation), use_bias=self.use_bias,
-        kernel_initializer=tf_keras.initializers.serialize(self.kernel_initializer),
-        bias_initializer=tf_keras.initializers.serialize(self.bias_initializer))
-    return config
+    return _config(tf_keras, self, super().get_config())
+
+
+class Keras3SplitDense(keras.layers.Layer):
+  """`SplitDense` for a Keras 3 model: the same layer, split the same ways.
+
+  Args, methods and behaviour are `SplitDense`'s; `from_dense` takes a Keras 3
+  `keras.layers.Dense`. It trains under `fit` on one device and under
+  MirroredStrategy (each replica then holds every slice, as for `SplitDense`).
+
+  Example:
+
+      >>> import keras
+      >>> model = keras.Sequential([
+      ...     keras.Input((64,)),
+      ...     placement.Keras3SplitDense(256, ["/cpu:0", "/cpu:1"], activation="relu"),
+      ...     placement.Keras3SplitDense(10, ["/cpu:0", "/cpu:1"], split="rows")])
+  """
+
+  def __init__(self, units: int, devices: Sequence[str], *, split: str = "columns",
+               activation=None, use_bias: bool = True,
+               kernel_initializer="glorot_uniform", bias_initializer="zeros", **kwargs):
+    super().__init__(**kwargs)
+    _configure(self, keras, units, devices, split, activation, use_bias, kernel_initializer,
+               bias_initializer)
+    self._slices = []
+
+  def build(self, input_shape):
+    """Makes each slice of the kernel (and of the bias) on its device."""
+    self._slices = _build(self, input_shape)
+    super().build(input_shape)
+
+  def call(self, inputs):
+    """Each slice's multiply on its device; the concatenation or sum on the first."""
+    return _call(self, self._slices, inputs)
+
+  def compute_output_shape(self, input_shape):
+    """The input's shape with its last axis replaced by `units`, as for Dense."""
+    return tuple(input_shape)[:-1] + (self.units,)
+
+  def dense_weights(self) -> List[np.ndarray]:
+    """[kernel, bias] (or [kernel]) as the unsplit Dense's `get_weights()` would give them."""
+    return _dense_weights(self)
+
+  def set_dense_weights(self, weights: Sequence[np.ndarray]) -> None:
+    """Takes an unsplit Dense's [kernel, bias] (or [kernel]) and gives each device its slice."""
+    _set_dense_weights(self, self._slices, weights)
+
+  @classmethod
+  def from_dense(cls, layer, devices: Sequence[str], *,
+                 split: str = "columns") -> "Keras3SplitDense":
+    """The same layer split over `devices`; a built Keras 3 `layer`'s weights are copied in.
+
+    Raises:
+      TypeError: `layer` is not a Keras 3 Dense.
+    """
+    return _from_dense(cls, keras, "keras.layers.Dense (Keras 3)", layer, devices, split)
+
+  def get_config(self):
+    return _config(keras, self, super().get_config())
+
+
+def _is_keras3(value) -> bool:
+  return type(value).__module__.startswith("keras.")
+
+
+def _configure(layer, keras_module, units, devices, split, activation, use_bias,
+               kernel_initializer, bias_initializer):
+  """Checks and keeps a split layer's arguments (either Keras; `keras_module` is its package)."""
+  if isinstance(units, bool) or not isinstance(units, (int, np.integer)) or units < 1:
+    raise ValueError(f"`units` must be an integer >= 1. Received: units={units!r}")
+  if isinstance(devices, str) or not devices or \
+      not all(isinstance(d, str) for d in devices):
+    raise ValueError("`devices` must be a non-empty list of device names, e.g. "
+                     f"['/cpu:0', '/cpu:1']. Received: devices={devices!r}")
+  if split not in SPLITS:
+    raise ValueError(f"`split` must be one of {list(SPLITS)}. Received: split={split!r}")
+  if split == "columns" and units < len(devices):
+    raise ValueError(
+        f"Split by columns needs at least one output per device: {units} unit(s) on "
+        f"{len(devices)} device(s). Use fewer devices or split='rows'. "
+        f"Received: units={units}, devices={list(devices)}")
+  layer.units, layer.devices, layer.split = int(units), list(devices), split
+  layer.activation = keras_module.activations.get(activation)
+  layer.use_bias = use_bias
+  layer.kernel_initializer = keras_module.initializers.get(kernel_initializer)
+  layer.bias_initializer = keras_module.initializers.get(bias_initializer)
+  layer.kernels, layer.biases = [], []
+
+
+def _build(layer, input_shape) -> List[slice]:
+  """Makes the kernel's slices, each on its device (and the bias); returns the slices."""
+  input_shape = tf.TensorShape(input_shape)
+  if input_shape.rank is None or input_shape[-1] is None:
+    raise ValueError("SplitDense needs the inputs' last dimension to split the kernel; "
+                     "give the model an input with it, e.g. keras.Input((features,)). "
+                     f"Received: input_shape={input_shape}")
+  inputs = int(input_shape[-1])
+  parts = len(layer.devices)
+  if layer.split == "rows" and inputs < parts:
+    raise ValueError(
+        f"Split by rows needs at least one input per device: {inputs} input(s) on "
+        f"{parts} device(s). Use fewer devices or split='columns'. "
+        f"Received: input_shape={input_shape}, devices={layer.devices}")
+  full = {}
+
+  # Drawn once for the whole (inputs, units) kernel and sliced: Glorot's
+  # limits depend on the whole shape, not a slice's.
+  def kernel_slice(rows, cols):
+    def initializer(shape, dtype=None, **_):
+      if "kernel" not in full:
+        full["kernel"] = layer.kernel_initializer((inputs, layer.units), dtype=dtype)
+      return full["kernel"][rows, cols]
+    return initializer
+
+  slices = _slices(layer.units if layer.split == "columns" else inputs, parts)
+  for i, (device, part) in enumerate(zip(layer.devices, slices)):
+    rows, cols = (slice(None), part) if layer.split == "columns" else (part, slice(None))
+    shape = (inputs, part.stop - part.start) if layer.split == "columns" \
+        else (part.stop - part.start, layer.units)
+    with tf.device(device):
+      layer.kernels.append(layer.add_weight(
+          name=f"kernel_{i}", shape=shape, initializer=kernel_slice(rows, cols)))
+      if layer.use_bias and layer.split == "columns":
+        layer.biases.append(layer.add_weight(
+            name=f"bias_{i}", shape=(shape[1],), initializer=layer.bias_initializer))
+  if layer.use_bias and layer.split == "rows":
+    with tf.device(layer.devices[0]):
+      layer.biases.append(layer.add_weight(
+          name="bias", shape=(layer.units,), initializer=layer.bias_initializer))
+  return slices
+
+
+def _call(layer, slices, inputs):
+  """Each slice's multiply on its device; the concatenation or sum on the first."""
+  # Rank > 2 (sequences, images): the last axis is contracted, as Dense does.
+  rows = tf.reshape(inputs, [-1, tf.shape(inputs)[-1]]) if inputs.shape.rank != 2 else inputs
+  if layer.split == "columns":
+    outputs = [_affine_on(device, rows, kernel, layer.biases[i] if layer.use_bias else None)
+               for i, (device, kernel) in enumerate(zip(layer.devices, layer.kernels))]
+    with tf.device(layer.devices[0]):
+      # After the concatenation: an activation such as softmax needs every column.
+      y = tf.concat(outputs, axis=-1)
+  else:
+    with tf.device(layer.devices[0]):
+      # Sliced where the input is, so each device receives only its rows.
+      parts = tf.split(rows, [part.stop - part.start for part in slices], axis=-1)
+    partials = [_affine_on(device, part, kernel, None)
+                for device, part, kernel in zip(layer.devices, parts, layer.kernels)]
+    with tf.device(layer.devices[0]):
+      y = tf.add_n(partials)
+      if layer.use_bias:
+        y = y + layer.biases[0]
+  with tf.device(layer.devices[0]):
+    if inputs.shape.rank != 2:
+      y = tf.reshape(y, tf.concat([tf.shape(inputs)[:-1], [layer.units]], axis=0))
+    return layer.activation(y)
+
+
+def _dense_weights(layer) -> List[np.ndarray]:
+  axis = 1 if layer.split == "columns" else 0
+  weights = [np.concatenate([k.numpy() for k in layer.kernels], axis=axis)]
+  if layer.use_bias:
+    weights.append(np.concatenate([b.numpy() for b in layer.biases]))
+  return weights
+
+
+def _set_dense_weights(layer, slices, weights: Sequence[np.ndarray]) -> None:
+  expected = 2 if layer.use_bias else 1
+  if not layer.built or len(weights) != expected:
+    raise ValueError(
+        f"set_dense_weights takes a built layer and {expected} array(s) ([kernel, bias] "
+        f"of a Dense with use_bias={layer.use_bias}); build the layer first. "
+        f"Received: {len(weights)} array(s), built={layer.built}")
+  kernel = np.asarray(weights[0])
+  for part, variable in zip(slices, layer.kernels):
+    variable.assign(kernel[:, part] if layer.split == "columns" else kernel[part, :])
+  if layer.use_bias:
+    bias = np.asarray(weights[1])
+    if layer.split == "columns":
+      for part, variable in zip(slices, layer.biases):
+        variable.assign(bias[part])
+    else:
+      layer.biases[0].assign(bias)
+
+
+def _from_dense(cls, keras_module, expected, layer, devices, split):
+  if not isinstance(layer, keras_module.layers.Dense):
+    raise TypeError(f"{cls.__name__}.from_dense takes a {expected} layer. "
+                    f"Received: {type(layer).__module__}.{type(layer).__name__}")
+  config = layer.get_config()
+  split_layer = cls(config["units"], devices, split=split, activation=config["activation"],
+                    use_bias=config["use_bias"],
+                    kernel_initializer=config["kernel_initializer"],
+                    bias_initializer=config["bias_initializer"], name=f"{layer.name}_split")
+  if layer.built:
+    split_layer.build((None, int(layer.kernel.shape[0])))
+    split_layer.set_dense_weights(layer.get_weights())
+  return split_layer
+
+
+def _config(k, layer, config):
+  config.update(
+      units=layer.units, devices=list(layer.devices), split=layer.split,
+      activation=k.activations.serialize(layer.activation), use_bias=layer.use_bias,
+      kernel_initializer=k.initializers.serialize(layer.kernel_initializer),
+      bias_initializer=k.initializers.serialize(layer.bias_initializer))
+  return config
 
 
 def _affine_on(device, x, kernel, bias):
