@@ -195,6 +195,19 @@ def test_no_slurm_here_is_a_clear_error(tmp_path):
       in result.stdout
 
 
+@pytest.mark.parametrize("name, value, match", [
+    ("TFDIST_STALL_TIMEOUT", "soon", r"`TFDIST_STALL_TIMEOUT` must be a number of seconds >= 0 "
+                                     r".*Received: TFDIST_STALL_TIMEOUT='soon'"),
+    ("TFDIST_TRAINS_ALONE", "loud", r"`TFDIST_TRAINS_ALONE` must be one of \['warn', 'error'\]\. "
+                                    r"Received: TFDIST_TRAINS_ALONE='loud'")])
+def test_what_the_tasks_would_refuse_fails_before_submitting(tmp_path, name, value, match):
+  # Before: every task's `tfdist task` would exit 2 with the line, or the launch after the job.
+  with pytest.raises(ValueError, match=match):  # No sbatch on this PATH: it is not reached.
+    sbatch.submit_and_wait(["true"], ntasks=2, workdir=str(tmp_path),
+                           env={"PATH": str(tmp_path), name: value})
+  assert not os.listdir(tmp_path)
+
+
 def test_the_script_carries_no_environment(monkeypatch):
   monkeypatch.setenv("WANDB_API_KEY", "s3cr3t-value")
   text = sbatch.render(["python", "train.py"], ntasks=2, output="out.txt")

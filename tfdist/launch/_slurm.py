@@ -46,6 +46,7 @@ from tfdist.launch import _exposure as exposure
 from tfdist.launch import _launcher as launcher_lib
 from tfdist.launch import _task_keras as task_keras
 from tfdist.launch import _trains_alone as trains_alone
+from tfdist.launch import watchdog
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "slurm.sbatch")
 _POLL_SECONDS = 1.0
@@ -256,12 +257,14 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
 
   Raises:
     SlurmError: sbatch failed, e.g. no SLURM controller.
-    ValueError: a bad TFDIST_TRAINS_ALONE, or what `render` refuses.
+    ValueError: a bad TFDIST_TRAINS_ALONE or TFDIST_STALL_TIMEOUT, or what `render` refuses.
   """
   output = output or sys.stdout
   base = os.environ if env is None else env
   env = {**base, **task_keras.variables(keras, base)}
-  trains_alone.mode(env)  # A bad TFDIST_TRAINS_ALONE fails now, not after the job.
+  # A bad TFDIST_TRAINS_ALONE or TFDIST_STALL_TIMEOUT fails now, not after the job or in every task.
+  trains_alone.mode(env)
+  watchdog.resolve_timeout(None, ntasks, env)
   workdir = os.path.abspath(workdir or os.getcwd())
   log_path = os.path.join(workdir, "tfdist-slurm-%j.out")
   script = render(command, ntasks=ntasks, num_ps=num_ps, output=log_path, **render_options)
