@@ -1,6 +1,7 @@
 """`tfdist bench`: the ratios are measured and written, never asserted as speeds."""
 
 import json
+import os
 
 import pytest
 
@@ -55,3 +56,45 @@ def test_cli_scale_models_must_name_a_batch():
   assert result.returncode != 0
   assert "--scale_models takes model:per-replica batch, e.g. convnet:256. " \
          "Received: 'convnet'" in result.stdout
+
+
+@pytest.mark.slow
+def test_cli_serving_suite_writes_tf_servings_batching_file(tmp_path):
+  out, batching = tmp_path / "bench.json", tmp_path / "batching.txt"
+  scratch = tmp_path / "tmp"  # The servers' specs go here: their command lines name it.
+  scratch.mkdir()
+  result = helpers.run(helpers.tfdist_cli(
+      "bench", "--suites=serving", "--serving_max_batch_sizes=4",
+      "--serving_batch_timeouts_micros=0,1000", "--serving_processes=1,2",
+      "--serving_clients=2", "--serving_requests=10", "--latency_target_ms=60000",
+      f"--batching_parameters_out={batching}", f"--output={out}"), timeout=300,
+      env={"TMPDIR": str(scratch)})
+  assert result.returncode == 0, result.stdout[-3000:]
+  written = json.loads(out.read_text())
+  assert written["serving_model_2p_2c_4x1000_requests_per_second"] > 0
+  assert written["serving_trivial_1p_2c_4x0_p99_ms"] > 0
+  # No server outlived the command: their process groups were killed.
+  assert not [pid for pid in os.listdir("/proc") if pid.isdigit()
+              and str(scratch) in _command_line(pid)]
+  chosen = max(((p, t) for p in (1, 2) for t in (1000, 0)),
+               key=lambda c: written[f"serving_model_{c[0]}p_2c_4x{c[1]}_requests_per_second"])[1]
+  assert batching.read_text() == (f"max_batch_size {{ value: 4 }}\n"
+                                  f"batch_timeout_micros {{ value: {chosen} }}\n"
+                                  "max_enqueued_batches { value: 100 }\n"
+                                  "num_batch_threads { value: 1 }\n")
+  assert "The trivial model's p50 / the model's" in result.stdout
+
+
+def _command_line(pid: str) -> str:
+  try:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+      return f.read().decode(errors="replace")
+  except OSError:  # Gone meanwhile, or not ours to read.
+    return ""
+
+
+def test_cli_batching_file_needs_a_latency_target():
+  result = helpers.run(helpers.tfdist_cli("bench", "--suites=serving",
+                                          "--batching_parameters_out=/tmp/x"), timeout=120)
+  assert result.returncode != 0
+  assert "--batching_parameters_out needs --latency_target_ms" in result.stdout

@@ -12,6 +12,10 @@
 - `decision`: `tfdist advise`'s decision table (`decide`);
 - `advice_check`: an advice held to longer measurements (`check`);
 - `advise`: the measuring processes and `tfdist.advise`;
+- serving with request batching (`measure_serving`, `choose_batching`,
+  `batching_parameters_text`): a SavedModel behind TensorFlow's batching op and
+  a loopback HTTP server, under concurrent clients (`run_load`), and TF
+  Serving's batching file for a latency target (`tfdist bench --suites=serving`);
 - the all-reduce family (`all_reduce_schedule`, `textbook_cost`, `run_all_reduce`):
   all-to-all, master-worker, tree, round-robin, butterfly and ring, counted
   round by round and run with TensorFlow's sends and receives (notebook 06).
@@ -27,6 +31,11 @@ import importlib
 from tfdist.bench._all_reduce_family import (ALL_REDUCE_ALGORITHMS, AllReduceCost,
                                              AllReduceSchedule, AllReduceMessage, all_reduce_schedule,
                                              run_all_reduce, textbook_cost)
+# Serving with request batching: TensorFlow loads in the servers and in write_trivial_model.
+from tfdist.bench._load_generator import Load, run_load
+from tfdist.bench._serving import (Batching, ServingMeasurement, batching_parameters_text,
+                                   choose_batching, measure_serving, serving_table,
+                                   trivial_overhead, write_trivial_model)
 
 # Public submodules, loaded on first use: `import tfdist.bench` loads no TensorFlow.
 # `_advice` and `_advice_check` are reached through `tfdist.advise`.
@@ -35,6 +44,9 @@ _SUBMODULES = ("allreduce", "candidates", "collectives", "decision", "harness", 
 __all__ = list(_SUBMODULES) + ["ALL_REDUCE_ALGORITHMS", "AllReduceCost", "AllReduceSchedule",
                                "AllReduceMessage", "all_reduce_schedule", "run_all_reduce",
                                "textbook_cost"]
+__all__ += ["Batching", "Load", "ServingMeasurement", "batching_parameters_text",
+            "choose_batching", "measure_serving", "run_load", "serving_table", "trivial_overhead",
+            "write_trivial_model"]
 
 
 def __getattr__(name):

@@ -17,7 +17,15 @@ Suites (--suites):
   advise       `tfdist advise --workers 2 --check` per --advise_cases: the
                advisor's pick against every way it considered, each timed again
                in 4x longer fits beside the advice's own (pick within 5% of the
-               fastest, examples/s within 15%).
+               fastest, examples/s within 15%);
+  serving      a SavedModel (--serving_model, default: the default job's CNN
+               through tfdist.export) behind TensorFlow's batching op and a
+               loopback HTTP server, in 1 and 2 processes, under concurrent
+               clients: p50/p99 latency and requests/s for every
+               max_batch_size x batch_timeout_micros, beside a trivial model
+               (its input back: the HTTP and JSON overhead); with
+               --latency_target_ms, the fastest setting whose p99 meets it,
+               written as TF Serving's batching file (--batching_parameters_out).
 
 Prints a table per suite and, with --output, writes JSON with one key per
 ratio. Medians over --repeats interleaved pairs. Never fails on speed.
@@ -32,7 +40,7 @@ from absl import flags
 from tfdist.cli import self_launch
 from tfdist.launch import _result_channel as result_channel
 
-_ALL_SUITES = ["overhead", "small_model", "allreduce", "scaling", "advise"]
+_ALL_SUITES = ["overhead", "small_model", "allreduce", "scaling", "advise", "serving"]
 _SUITES = flags.DEFINE_multi_enum("suites", _ALL_SUITES, _ALL_SUITES, "What to measure.")
 _REPEATS = flags.DEFINE_integer("repeats", 21, "Interleaved repeats per comparison.",
                                 lower_bound=1)
@@ -73,6 +81,49 @@ _SCALE_PAIRS = flags.DEFINE_integer("scale_pairs", 3, "scaling: alternated 1- an
                                     "runs per model (tfdist scale --pairs).", lower_bound=1)
 _SCALE_STEPS = flags.DEFINE_integer("scale_steps", 15, "scaling: steps per timed fit.",
                                     lower_bound=5)
+_SERVING_MODEL = flags.DEFINE_string(
+    "serving_model", None, "serving: a SavedModel version folder (tfdist.export's); default: "
+    "the default job's CNN, exported to a temporary folder.")
+_SERVING_MAX_BATCH_SIZES = flags.DEFINE_list("serving_max_batch_sizes", ["8", "32"],
+                                             "serving: max_batch_size values to measure.")
+_SERVING_TIMEOUTS = flags.DEFINE_list("serving_batch_timeouts_micros", ["0", "2000", "10000"],
+                                      "serving: batch_timeout_micros values to measure.")
+_SERVING_PROCESSES = flags.DEFINE_list("serving_processes", ["1", "2"],
+                                       "serving: numbers of server processes to measure.")
+_SERVING_CLIENTS = flags.DEFINE_list("serving_clients", ["2", "16"],
+                                     "serving: numbers of concurrent clients (light and heavy "
+                                     "load); the target is met under the largest.")
+_SERVING_REQUESTS = flags.DEFINE_integer("serving_requests", 400, "serving: requests per "
+                                         "measured cell.", lower_bound=10)
+_SERVING_BATCH_THREADS = flags.DEFINE_integer("serving_batch_threads", 1, "serving: "
+                                              "num_batch_threads of each server process.",
+                                              lower_bound=1)
+_LATENCY_TARGET_MS = flags.DEFINE_float("latency_target_ms", None, "serving: the p99 latency "
+                                        "the chosen batching setting must meet.")
+_BATCHING_PARAMETERS_OUT = flags.DEFINE_string(
+    "batching_parameters_out", None, "serving: write the chosen setting here as TF Serving's "
+    "--batching_parameters_file (needs --latency_target_ms).")
+
+
+@flags.multi_flags_validator(["latency_target_ms", "batching_parameters_out"],
+                             message="--batching_parameters_out needs --latency_target_ms "
+                             "(the p99 latency the written setting must meet).")
+def _check_batching_out(values) -> bool:
+  return not values["batching_parameters_out"] or values["latency_target_ms"] is not None
+
+
+@flags.multi_flags_validator(
+    ["serving_max_batch_sizes", "serving_batch_timeouts_micros", "serving_processes",
+     "serving_clients"])
+def _check_serving_lists(values) -> bool:
+  for name, entries in values.items():
+    low = 0 if name == "serving_batch_timeouts_micros" else 1
+    if not entries or not all(e.isdigit() and int(e) >= low for e in entries):
+      raise flags.ValidationError(f"--{name} takes integers >= {low}, e.g. 8,32. "
+                                  f"Received: {entries!r}")
+  return True
+
+
 _OUTPUT = flags.DEFINE_string("output", None, "Write the results as JSON here.")
 _RESULT_FILE = flags.DEFINE_string(self_launch.RESULT_FLAG, None, "Internal: the "
                                    "all-reduce worker writes its rows here.")
@@ -120,11 +171,15 @@ def main(argv):
     results.update(_scaling())
   if "advise" in _SUITES.value:
     results.update(_advise())
+  code = 0
+  if "serving" in _SUITES.value:
+    serving, code = _serving()
+    results.update(serving)
   if _OUTPUT.value:
     with open(_OUTPUT.value, "w") as f:
       json.dump(results, f, indent=1, sort_keys=True)
     print(f"\nwrote {_OUTPUT.value}")
-  return 0
+  return code
 
 
 def _all_reduce() -> dict:
@@ -238,6 +293,67 @@ def _advise() -> dict:
     print(f"{entry:<14} {pick:<44} {fastest:<44} {shown:>6} {error:>6} {worst:>6.0%} "
           f"{worst_way:<28} {seconds:>9.0f}")
   return results
+
+
+def _serving():
+  """The serving suite: its results, and 1 when the latency target was not met."""
+  import tempfile
+  from tfdist import bench
+  scratch = tempfile.TemporaryDirectory(prefix="tfdist-bench-serving-")
+  with scratch:
+    path = _SERVING_MODEL.value
+    if not path:
+      import tfdist
+      from tfdist.training import job
+      path = tfdist.export(job.small_cnn(), scratch.name)
+    settings = [bench.Batching(int(size), int(timeout),
+                               num_batch_threads=_SERVING_BATCH_THREADS.value)
+                for size in _SERVING_MAX_BATCH_SIZES.value
+                for timeout in _SERVING_TIMEOUTS.value]
+    processes = [int(n) for n in _SERVING_PROCESSES.value]
+    clients = [int(n) for n in _SERVING_CLIENTS.value]
+    print(f"\nServing: {path} and a trivial model behind TensorFlow's batching op, "
+          f"{len(settings)} settings x processes {processes} x clients {clients} ...",
+          flush=True)
+    rows = bench.measure_serving({"model": path}, settings, processes=processes,
+                                 clients=clients, requests=_SERVING_REQUESTS.value)
+  print("\nServing: client-side latency and throughput, closed-loop clients on this machine "
+        "(noisy, shared); batch = the mean rows of the batches that served a request; "
+        "trivial = a model returning its input, served the same way")
+  print(bench.serving_table(rows))
+  overhead = bench.trivial_overhead(rows, "model")
+  print(f"The trivial model's p50 / the model's, median over the cells: "
+        f"{overhead['p50_share']:.0%} ({overhead['trivial_p50_ms']:.1f} of "
+        f"{overhead['model_p50_ms']:.1f} ms): the rest is the model.")
+  results = {"serving_trivial_p50_share": overhead["p50_share"]}
+  for row in rows:
+    key = (f"serving_{row.model}_{row.processes}p_{row.clients}c_"
+           f"{row.batching.max_batch_size}x{row.batching.batch_timeout_micros}")
+    results.update({f"{key}_p50_ms": row.load.p50_ms, f"{key}_p99_ms": row.load.p99_ms,
+                    f"{key}_requests_per_second": row.load.requests_per_second,
+                    f"{key}_mean_batch_rows": row.load.mean_batch_rows})
+  if _LATENCY_TARGET_MS.value is None:
+    return results, 0
+  try:
+    best = bench.choose_batching(rows, _LATENCY_TARGET_MS.value)
+  except ValueError as e:
+    print(f"\nServing: {e}", file=sys.stderr)
+    return results, 1
+  print(f"\nServing: p99 <= {_LATENCY_TARGET_MS.value:g} ms under {best.clients} clients at "
+        f"the most requests/s: max_batch_size={best.batching.max_batch_size}, "
+        f"batch_timeout_micros={best.batching.batch_timeout_micros} with {best.processes} "
+        f"process(es): p99 {best.load.p99_ms:.2f} ms, {best.load.requests_per_second:.0f} "
+        "requests/s")
+  text = bench.batching_parameters_text(best.batching)
+  if _BATCHING_PARAMETERS_OUT.value:
+    with open(_BATCHING_PARAMETERS_OUT.value, "w") as f:
+      f.write(text)
+    print(f"wrote {_BATCHING_PARAMETERS_OUT.value} (tensorflow_model_server --enable_batching "
+          f"--batching_parameters_file={_BATCHING_PARAMETERS_OUT.value}):")
+  print(text, end="")
+  results["serving_chosen_p99_ms"] = best.load.p99_ms
+  results["serving_chosen_requests_per_second"] = best.load.requests_per_second
+  return results, 0
 
 
 def _all_reduce_worker() -> int:

@@ -1,0 +1,84 @@
+"""tfdist/bench/_batching_server.py: a SavedModel behind TensorFlow's batching op, over HTTP."""
+
+import concurrent.futures
+import json
+import socket
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+import tfdist
+from tfdist import bench
+from tfdist.bench import _batching_server as batching_server
+from tfdist.bench import _load_generator as load_generator
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+  """A Dense model exported with tfdist.export and the trivial model, each batched twice.
+
+  Yields (port, the model's own signature); the server stops afterwards.
+  """
+  folder = tmp_path_factory.mktemp("served")
+  model = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(3)])
+  path = tfdist.export(model, str(folder / "model"))
+  trivial = bench.write_trivial_model(str(folder / "trivial" / "1"), like=path)
+  # A window of 2 s: requests sent together are served as one batch.
+  settings = [bench.Batching(max_batch_size=16, batch_timeout_micros=2_000_000),
+              bench.Batching(max_batch_size=16, batch_timeout_micros=0)]
+  functions, dtypes = batching_server.load({"model": path, "trivial": trivial}, settings)
+  server = batching_server.make_server(functions, dtypes)
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  yield server, tf.saved_model.load(path).signatures["serving_default"]
+  server.shutdown()
+  server.server_close()
+
+
+def _post(port, name, rows):
+  body = json.dumps({"instances": rows.tolist()}).encode()
+  return load_generator.post(port, f"/v1/models/{name}:predict", body, timeout=30)
+
+
+def test_requests_of_different_sizes_batched_together_get_their_own_outputs(served):
+  server, signature = served
+  port = server.server_address[1]
+  rng = np.random.default_rng(0)
+  # Requests of 1, 2 and 3 rows to the model and to the trivial model at once:
+  # two batched functions in one process, each with its own batcher.
+  requests = [("model@16x2000000", rng.random((n, 4)).astype(np.float32)) for n in (1, 2, 3)]
+  requests += [("trivial@16x2000000", rng.random((n, 4)).astype(np.float32)) for n in (2, 3)]
+  with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:
+    answers = list(pool.map(lambda r: _post(port, *r), requests))
+  for (name, rows), answer in zip(requests, answers):
+    predictions = np.asarray(answer["predictions"])
+    if name.startswith("trivial"):
+      np.testing.assert_array_equal(predictions, rows)
+      assert answer["batch_rows"] == [5] * len(rows)  # 2 + 3 rows, one batch.
+    else:
+      (expected,) = signature(tf.constant(rows)).values()
+      np.testing.assert_allclose(predictions, expected.numpy(), rtol=1e-6, atol=1e-6)
+      assert answer["batch_rows"] == [6] * len(rows)  # 1 + 2 + 3 rows, one batch.
+
+
+def test_listens_on_loopback_only_and_names_what_it_serves(served):
+  server, _ = served
+  assert server.server_address[0] == "127.0.0.1"
+  try:
+    outside = [a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+               if not a[4][0].startswith("127.")]
+  except socket.gaierror:
+    outside = []
+  for address in outside[:1]:  # Where the machine has another interface, nothing answers there.
+    with pytest.raises(OSError):
+      socket.create_connection((address, server.server_address[1]), timeout=2).close()
+  port = server.server_address[1]
+  with pytest.raises(RuntimeError, match=r"answered 404.*model@16x0"):
+    _post(port, "nothing@1x0", np.zeros((1, 4), np.float32))
+  with pytest.raises(RuntimeError, match="answered 400"):
+    _post(port, "model@16x0", np.zeros((1, 5), np.float32))  # The model takes 4 columns.
+  answer = _post(port, "model@16x0", np.ones((1, 4), np.float32))
+  assert answer["batch_rows"] == [1]

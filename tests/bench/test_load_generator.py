@@ -1,0 +1,65 @@
+"""tfdist/bench/_load_generator.py: concurrent clients, bounded by requests, time and timeouts."""
+
+import http.server
+import json
+import socket
+import threading
+
+import pytest
+
+from tfdist import bench
+
+
+class _Answer(http.server.BaseHTTPRequestHandler):
+  protocol_version = "HTTP/1.1"
+
+  def do_POST(self):  # pylint: disable=invalid-name
+    self.rfile.read(int(self.headers["Content-Length"]))
+    data = json.dumps({"predictions": [[0.0]], "batch_rows": [3]}).encode()
+    self.send_response(200)
+    self.send_header("Content-Length", str(len(data)))
+    self.end_headers()
+    self.wfile.write(data)
+
+  def log_message(self, *args):
+    pass
+
+
+@pytest.fixture
+def answering_port():
+  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
+  server.daemon_threads = True
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  yield server.server_address[1]
+  server.shutdown()
+  server.server_close()
+
+
+def test_sends_exactly_the_requests_asked_for(answering_port):
+  load = bench.run_load([answering_port], "/v1/models/m:predict", [b"{}"], clients=4,
+                        requests=50, duration=30)
+  assert (load.requests, load.errors) == (50, 0)
+  assert 0 < load.p50_ms <= load.p99_ms
+  assert load.mean_batch_rows == 3
+  assert load.rows_per_second == pytest.approx(load.requests_per_second)
+
+
+def test_a_server_that_never_answers_ends_the_run_within_its_bounds():
+  silent = socket.create_server(("127.0.0.1", 0))  # Accepts (the kernel does), never answers.
+  result = []
+  try:
+    run = threading.Thread(target=lambda: result.append(bench.run_load(
+        [silent.getsockname()[1]], "/", [b"{}"], clients=3, requests=1000, duration=1.0,
+        timeout=0.5, warmup=0)), daemon=True)
+    run.start()
+    run.join(60)  # It ends after about 1.5 s; a hang would outlive any bound.
+  finally:
+    silent.close()
+  assert not run.is_alive()
+  (load,) = result
+  assert load.requests == 0 and load.errors >= 3
+
+
+def test_refuses_a_load_of_nothing():
+  with pytest.raises(ValueError, match=r"clients >= 1.*Received: clients=0"):
+    bench.run_load([1], "/", [b"{}"], clients=0, requests=1, duration=1)
