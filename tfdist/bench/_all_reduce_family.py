@@ -192,8 +192,8 @@ def textbook_cost(algorithm: str, nodes: int, size: int, itemsize: int = 4) -> A
     extra = N - power
     # Partners at distance N/2 swap n/2 each way twice; a folded node sends n once.
     return AllReduceCost(2 * int(math.log2(power)) + (2 if extra else 0),
-                2 * (power - 1) / power * n + (n if extra else 0), float(n),
-                2 * (power - 1) * n + 2 * extra * n)
+                         2 * (power - 1) / power * n + (n if extra else 0), float(n),
+                         2 * (power - 1) * n + 2 * extra * n)
   return AllReduceCost(2 * (N - 1), 2 * (N - 1) / N * n, 2 * (N - 1) / N * n, 2 * (N - 1) * n)
 
 
@@ -228,8 +228,9 @@ def all_reduce_schedule(algorithm: str, nodes: int, size: int) -> AllReduceSched
     size: elements of each vector (any, not only multiples of N).
 
   Returns:
-    The AllReduceSchedule; empty rounds are kept (a vector shorter than N leaves some
-    slices empty), so `num_steps` is the algorithm's, whatever the size.
+    The AllReduceSchedule. Empty messages are left out but empty rounds are
+    kept (a vector shorter than N leaves slices empty), so `num_steps` is the
+    algorithm's whatever the size.
 
   Raises:
     ValueError: an unknown algorithm, nodes < 1 or size < 0.
