@@ -60,6 +60,8 @@ PROGRESS_DIR_ENV = "TFDIST_PROGRESS_DIR"
 # TensorFlow's profiler into PROFILE_DIR/<task> (one run per task).
 PROFILE_ENV = "TFDIST_PROFILE"
 PROFILE_DIR_ENV = "TFDIST_PROFILE_DIR"
+# "0": no input stamp (`stamped_input`): step times only, none of its cost per element.
+INPUT_WAIT_ENV = "TFDIST_INPUT_WAIT"
 PROGRESS_SUFFIX = ".progress"
 STACKS_SUFFIX = ".stacks"
 # The signal that makes a task dump every thread's stack into its stacks file.
@@ -109,6 +111,7 @@ class _Reporter:
     # When each element left the input pipeline (`stamped_input`, another thread), oldest first.
     self.stamps = collections.deque(maxlen=1024)
     self.stamped = False  # Whether this fit's input is stamped (else no input wait is known).
+    self.stamping = True  # Whether fit's input gets the stamp at all (INPUT_WAIT_ENV).
     self.next_write = 0.0
 
   def report(self, steps: int, phase: str) -> None:
@@ -242,12 +245,13 @@ def epoch_end() -> None:
 def stamped_input(dataset):
   """`dataset` with a last step that notes when each element leaves it, for the input wait.
 
-  Anything that is no `tf.data.Dataset`, or outside a launch, comes back as it
-  is. The elements are unchanged; the step is a `tf.numpy_function` named
+  Anything that is no `tf.data.Dataset`, outside a launch or under
+  `TFDIST_INPUT_WAIT=0`, comes back as it is. The elements are unchanged; the step is a `tf.numpy_function` named
   INPUT_STAMP (tfdist.data.replay knows it replays).
   """
   tf = sys.modules.get("tensorflow")
-  if tf is None or _reporter.fd is None or not isinstance(dataset, tf.data.Dataset):
+  if tf is None or _reporter.fd is None or not _reporter.stamping or \
+      not isinstance(dataset, tf.data.Dataset):
     return dataset
   stamps = _reporter.stamps
   _reporter.stamped = True
@@ -318,6 +322,7 @@ def install_from_env(environ=None) -> bool:
                                         and "chief" not in (tf_config.get("cluster") or {}))
   except (ValueError, KeyError, TypeError, AttributeError):
     return False
+  _reporter.stamping = environ.get(INPUT_WAIT_ENV, "1") != "0"
   if environ.get(PROFILE_ENV) and environ.get(PROFILE_DIR_ENV):
     try:
       first, last = parse_steps(environ[PROFILE_ENV])
