@@ -146,6 +146,7 @@ class LocalSGD:
         for anchor, v in zip(self._anchors, self._tf_variables):
           anchor.assign(v)  # The weights now, the same on every replica.
     self._synced = None  # The optimizer's iterations at the last sync seen (a host copy).
+    self.local_logs = False  # Whether fit's step logs this replica's own metrics.
     self._sync = tf.function(lambda: self._sync_all())  # One function per instance.
     self.syncs = 0
 
@@ -238,8 +239,10 @@ def local_sgd(model, sync_every: int, *, outer_optimizer: Optional[str] = None,
   weights are averaged (`outer_optimizer=None`, local SGD), or their mean
   change since the last sync is applied by DiLoCo's outer SGD with Nesterov
   momentum (`"nesterov"`). The sync counts the optimizer's `iterations`, so
-  it survives a backup and a restart. Logged loss and metrics are the
-  replicas' mean, as usual.
+  it survives a backup and a restart. Under multi-worker MWMS a tf_keras
+  model's logged loss and metrics are each worker's own (its running means:
+  reading them across workers would take four collectives a step); under
+  mirrored, and for Keras 3, they are the replicas' mean, as usual.
 
   Args:
     model: a compiled Keras model (either Keras) with Keras's own `train_step`.
@@ -285,6 +288,12 @@ def local_sgd(model, sync_every: int, *, outer_optimizer: Optional[str] = None,
   state = LocalSGD(strategy, model.trainable_variables, model.optimizer,
                    sync_every=sync_every, outer_optimizer=outer_optimizer,
                    outer_learning_rate=outer_learning_rate, outer_momentum=outer_momentum)
+  # Under multi-worker MWMS each worker logs its own tf_keras metrics, taken as they are
+  # ("first"): no collective per step but the syncs.
+  state.local_logs = not keras_support.is_keras3_model(model) and \
+      keras_support.is_multi_worker_mirrored(strategy)
+  if state.local_logs and model.distribute_reduction_method == "auto":
+    model.distribute_reduction_method = "first"
   setattr(model, ATTRIBUTE, state)
   model.train_step = types.MethodType(_train_step, model)
   model.make_train_function = types.MethodType(_make_train_function, model)
@@ -338,5 +347,31 @@ def _train_step(self, data):
       tracker.update_state(loss * replicas,
                            sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
   variables = self.trainable_variables
-  getattr(self, ATTRIBUTE).apply_local(tape.gradient(loss, variables), variables)
-  return self.compute_metrics(x, y, y_pred, sample_weight)
+  state = getattr(self, ATTRIBUTE)
+  state.apply_local(tape.gradient(loss, variables), variables)
+  if keras3 or not state.local_logs:
+    return self.compute_metrics(x, y, y_pred, sample_weight)
+  self.compiled_metrics.update_state(y, y_pred, sample_weight)
+  return _local_logs(self.metrics)
+
+
+def _local_logs(metrics) -> dict:
+  """tf_keras's logs from this replica's own metric totals: no all-reduce per step.
+
+  Keras reads a metric's result across workers, one collective per variable
+  (four for a loss and an accuracy), every step: more than the gradients'
+  all-reduce local SGD leaves out. A `Mean` (the loss, accuracy, ...) is read
+  from its local total and count; other metrics Keras's way.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  logs = {}
+  for metric in metrics:
+    if isinstance(metric, tf_keras.metrics.Mean) and \
+        type(metric).result is tf_keras.metrics.Mean.result:
+      total, count = metric.variables  # In a replica: its own copies.
+      logs[metric.name] = tf.math.divide_no_nan(total.read_value(), count.read_value())
+    else:
+      result = metric.result()
+      logs.update(result if isinstance(result, dict) else {metric.name: result})
+  return logs
