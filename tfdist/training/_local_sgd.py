@@ -165,8 +165,13 @@ class LocalSGD:
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
-    pairs = [(g * tf.cast(replicas, g.dtype), v) for g, v in zip(grads, variables)
-             if g is not None]
+
+    def scaled(g):
+      if isinstance(g, tf.IndexedSlices):  # An embedding's: its rows.
+        return tf.IndexedSlices(g.values * tf.cast(replicas, g.dtype), g.indices, g.dense_shape)
+      return g * tf.cast(replicas, g.dtype)
+
+    pairs = [(scaled(g), v) for g, v in zip(grads, variables) if g is not None]
     if self._keras3:  # All-reduce turned off on this optimizer (enable_local_updates).
       self.optimizer.apply_gradients(pairs)
     else:
