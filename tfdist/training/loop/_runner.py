@@ -18,6 +18,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Type
 import tensorflow as tf
 
 from tfdist import _folders as folders
+from tfdist import progress
 from tfdist import _keras_support as keras_support
 from tfdist import _registry as registry
 from tfdist.internals import tensorflow as tf_internals
@@ -380,6 +381,7 @@ class Loop:
       for name, value in logs.items():
         history.setdefault(name, []).append(value)
       self._save()
+      progress.epoch_end()  # Under a launch: its step times written; the chief names a straggler.
       if verbose:
         shown = " - ".join(f"{k}: {v:.6g}" for k, v in logs.items())
         logger.info("Epoch %d/%d - step %d - %s", epoch + 1, epochs, int(self.step.numpy()),
