@@ -130,8 +130,8 @@ def write_trivial_model(export_dir: str, like: str) -> str:
 @contextlib.contextmanager
 def start_servers(models: Mapping[str, str], settings: Sequence[Batching], processes: int, *,
                   timeout: float = 180.0) -> Iterator[List[int]]:
-  """`processes` batching servers (`tfdist.bench._batching_server`), each serving every
-  model under every setting; yields their ports, then stops them.
+  """`processes` batching servers, each serving every model under every setting; yields
+  their ports, then stops them.
 
   Each runs in its own process group, killed (SIGKILL) on the way out, so
   nothing it started outlives the measurement.
@@ -210,7 +210,8 @@ def measure_serving(models: Mapping[str, str], settings: Sequence[Batching], *,
     settings: the batching settings to measure.
     processes: the numbers of server processes to measure.
     clients: the numbers of concurrent clients (a light and a heavy load, say).
-    requests, duration: the length of each cell's run (`run_load`).
+    requests: the measured requests of each cell's run (`run_load`).
+    duration: the most seconds each cell's run takes.
     rows_per_request: request sizes, in turn (mixed sizes batch together).
     trivial: also serve `write_trivial_model` of the first model, as `TRIVIAL`.
     timeout: seconds per request.
