@@ -119,6 +119,32 @@ def test_a_resumed_loop_keeps_the_sync_point_and_the_outer_state(tmp_path):
   assert loop(tmp_path / "resumed")[1].local_sgd.steps_to_sync() == 1
 
 
+@pytest.mark.parametrize("flavour", KERASES)
+def test_what_a_fit_backup_saves_holds_the_outer_state(flavour, tmp_path):
+  """Each Keras's backup format (tf_keras: a TF checkpoint of the model; Keras 3: its weights file)."""
+  keras, strategy = _keras(flavour), tfdist.make_strategy("mirrored")
+
+  def diloco():
+    return tfdist.training.local_sgd(_compiled(keras, strategy), sync_every=2,
+                                     outer_optimizer="nesterov")
+
+  trained = diloco()
+  trained.fit(_data(), epochs=1, verbose=0)  # 4 steps: 2 syncs, outer momentum moved.
+  restored = diloco()
+  if flavour == "keras3":
+    trained.save_weights(str(tmp_path / "backup.weights.h5"))
+    restored.load_weights(str(tmp_path / "backup.weights.h5"))
+  else:
+    path = tf.train.Checkpoint(model=trained).write(str(tmp_path / "backup"))
+    tf.train.Checkpoint(model=restored).read(path).assert_consumed()
+  assert int(restored.optimizer.iterations.numpy()) == 4
+  outer = lambda model: [v.numpy() for v in model.optimizer.variables
+                         if "local_sgd" in v.name]
+  # An anchor and a momentum for each of the 4 weights; the momenta moved.
+  assert len(outer(trained)) == 8 and np.abs(outer(trained)[-1]).max() > 0
+  assert _difference(outer(restored), outer(trained)) == 0.0
+
+
 def test_refusals_name_the_field_and_the_value():
   keras = tfdist.keras
   for name in ("one_device", "central_storage"):
