@@ -75,7 +75,7 @@ PATCHES = {
     "local_updates": "keras-team/keras#19308",
 }
 # Patches written against one Keras's own code, tested with it alone.
-_TESTED_FOR = {"input_replay": ((3, 15), (3, 15))}
+_TESTED_FOR = {"input_replay": ((3, 15), (3, 15)), "local_updates": ((3, 15), (3, 15))}
 # The module whose import `tfdist launch`'s task site waits for, to enable_multi_worker().
 TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
 
