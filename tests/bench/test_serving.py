@@ -1,13 +1,20 @@
 """tfdist/bench/_serving.py: the grid's choice and TF Serving's batching file.
 
 The servers' processes (started, measured, killed) are tested end to end in
-tests/cli/test_bench.py, which runs them once for both.
+tests/cli/test_bench.py, which runs them once for both; here, that a server
+dies with a parent killed by SIGKILL.
 """
+
+import contextlib
+import os
+import signal
+import time
 
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 from google.protobuf import wrappers_pb2
 
+import helpers
 from tfdist import bench
 from tfdist.bench import _serving as serving
 
@@ -90,3 +97,46 @@ def test_a_setting_must_be_whole_numbers():
   with pytest.raises(ValueError, match=r"`batch_timeout_micros` must be an integer >= 0. "
                      r"Received: batch_timeout_micros=1.5"):
     bench.Batching(batch_timeout_micros=1.5)
+
+
+def _servers_under(folder) -> list:
+  """The pids of the batching servers whose command line names `folder` (their spec's)."""
+  pids = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        command = f.read().decode(errors="replace")
+      with open(f"/proc/{pid}/stat") as f:
+        state = f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:  # Gone meanwhile.
+      continue
+    if str(folder) in command and "_batching_server" in command and state != "Z":
+      pids.append(int(pid))
+  return pids
+
+
+@pytest.mark.slow
+def test_a_server_dies_with_the_process_that_started_it(tmp_path):
+  # A server of no model still imports TensorFlow and then serves forever: only
+  # its parent's death may end it. The parent is killed as soon as the server
+  # runs, before it is ready: a server outliving it would serve on.
+  parent_code = ("import time\nfrom tfdist.bench import _serving\n"
+                 "with _serving.start_servers({}, [], 1, timeout=600):\n  time.sleep(600)\n")
+  servers = []
+  with helpers.spawned(helpers.python("-c", parent_code), env={"TMPDIR": str(tmp_path)}) as parent:
+    try:
+      deadline = time.monotonic() + 60
+      while not servers and parent.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        servers = _servers_under(tmp_path)
+      assert servers, parent.poll()
+      os.kill(parent.pid, signal.SIGKILL)  # No handler of the parent's runs.
+      parent.wait(30)
+      deadline = time.monotonic() + 30
+      while _servers_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+      assert not _servers_under(tmp_path)
+    finally:
+      for pid in _servers_under(tmp_path):  # Each leads its own session: its group.
+        with contextlib.suppress(ProcessLookupError):
+          os.killpg(pid, signal.SIGKILL)

@@ -39,6 +39,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 import numpy as np
 
 from tfdist.bench import _load_generator as load_generator
+from tfdist.launch import _supervision as supervision
 
 TRIVIAL = "trivial"  # The served name of `write_trivial_model`'s model in `measure_serving`.
 
@@ -134,7 +135,10 @@ def start_servers(models: Mapping[str, str], settings: Sequence[Batching], proce
   their ports, then stops them.
 
   Each runs in its own process group, killed (SIGKILL) on the way out, so
-  nothing it started outlives the measurement.
+  nothing it started outlives the measurement; and each dies with the
+  calling process (prctl's parent-death signal), however that dies (SIGKILL,
+  a killed notebook kernel), since no way out of this block runs then. Call
+  it from a thread that outlives the block: the signal follows that thread.
 
   Raises:
     RuntimeError: a server died or was not ready within `timeout` seconds.
@@ -151,7 +155,8 @@ def start_servers(models: Mapping[str, str], settings: Sequence[Batching], proce
         started.append((subprocess.Popen(
             [sys.executable, "-m", "tfdist.bench._batching_server", path + ".json"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True), path))
+            start_new_session=True,
+            preexec_fn=supervision.die_with_parent(os.getpid())), path))
     ports = []
     deadline = time.monotonic() + timeout
     for process, path in started:
