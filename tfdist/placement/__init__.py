@@ -3,9 +3,9 @@
 Two ways to split a model that data parallelism (a whole copy per device)
 does not:
 
-- `place_layers` / `PlacedSequential` (blocks.py): consecutive blocks of
+- `place_layers` / `PlacedSequential` (_blocks.py): consecutive blocks of
   layers per device, with optional micro-batches (GPipe's schedule);
-- `SplitDense` (split_dense.py): one fully connected layer over several
+- `SplitDense` (_split_dense.py): one fully connected layer over several
   devices, by output columns (outputs concatenated) or by input rows (partial
   products summed); `Keras3SplitDense` is the same layer for a Keras 3 model.
 
@@ -17,7 +17,9 @@ Example:
 """
 
 from tfdist.placement._blocks import PlacedSequential, place_layers, split_layers
-from tfdist.placement._split_dense import SPLITS, Keras3SplitDense, SplitDense
+from tfdist.placement._keras3_split_dense import Keras3SplitDense
+from tfdist.placement._split_dense import SPLITS, SplitDense
 
 __all__ = ["Keras3SplitDense", "PlacedSequential", "SPLITS", "SplitDense", "place_layers",
            "split_layers"]
+

@@ -28,7 +28,6 @@ Example:
 
 from typing import List, Sequence
 
-import keras  # Keras 3, for Keras3SplitDense
 import numpy as np
 import tensorflow as tf
 import tf_keras
@@ -47,7 +46,56 @@ def _slices(size: int, parts: int) -> List[slice]:
   return slices
 
 
-class SplitDense(tf_keras.layers.Layer):
+class SplitDenseMethods:
+  """What `SplitDense` and `Keras3SplitDense` share: each Keras's class sets `_keras`.
+
+  A mixin before the Keras layer class: `_keras` is the Keras package the layer
+  belongs to (its activations, initializers and Dense), `_dense_name` how its
+  errors name that Dense.
+  """
+
+  _keras = None
+  _dense_name = ""
+
+  def __init__(self, units: int, devices: Sequence[str], *, split: str = "columns",
+               activation=None, use_bias: bool = True,
+               kernel_initializer="glorot_uniform", bias_initializer="zeros", **kwargs):
+    super().__init__(**kwargs)
+    _configure(self, self._keras, units, devices, split, activation, use_bias,
+               kernel_initializer, bias_initializer)
+    self._slices = []
+
+  def build(self, input_shape):
+    """Makes each slice of the kernel (and of the bias) on its device."""
+    self._slices = _build(self, input_shape)
+    super().build(input_shape)
+
+  def call(self, inputs):
+    """Each slice's multiply on its device; the concatenation or sum on the first."""
+    return _call(self, self._slices, inputs)
+
+  def dense_weights(self) -> List[np.ndarray]:
+    """[kernel, bias] (or [kernel]) as the unsplit Dense's `get_weights()` would give them."""
+    return _dense_weights(self)
+
+  def set_dense_weights(self, weights: Sequence[np.ndarray]) -> None:
+    """Takes an unsplit Dense's [kernel, bias] (or [kernel]) and gives each device its slice."""
+    _set_dense_weights(self, self._slices, weights)
+
+  @classmethod
+  def from_dense(cls, layer, devices: Sequence[str], *, split: str = "columns"):
+    """The same layer split over `devices`; a built `layer`'s weights are copied in.
+
+    Raises:
+      TypeError: `layer` is not a Dense of the same Keras.
+    """
+    return _from_dense(cls, cls._keras, cls._dense_name, layer, devices, split)
+
+  def get_config(self):
+    return _config(self._keras, self, super().get_config())
+
+
+class SplitDense(SplitDenseMethods, tf_keras.layers.Layer):
   """A `Dense` layer whose kernel is split over `devices`, by output columns or input rows.
 
   It computes what `keras.layers.Dense(units, activation, use_bias)` computes,
@@ -85,13 +133,8 @@ class SplitDense(tf_keras.layers.Layer):
       >>> split = SplitDense.from_dense(trained_dense, ["/cpu:0", "/cpu:1"], split="rows")
   """
 
-  def __init__(self, units: int, devices: Sequence[str], *, split: str = "columns",
-               activation=None, use_bias: bool = True,
-               kernel_initializer="glorot_uniform", bias_initializer="zeros", **kwargs):
-    super().__init__(**kwargs)
-    _configure(self, tf_keras, units, devices, split, activation, use_bias, kernel_initializer,
-               bias_initializer)
-    self._slices = []
+  _keras = tf_keras
+  _dense_name = "tfdist.keras.layers.Dense"
 
   def __call__(self, inputs, *args, **kwargs):
     # tf_keras would fail on it with "'tuple' object has no attribute 'rank'".
@@ -102,95 +145,8 @@ class SplitDense(tf_keras.layers.Layer):
           f"{type(inputs).__module__}.{type(inputs).__name__}")
     return super().__call__(inputs, *args, **kwargs)
 
-  def build(self, input_shape):
-    self._slices = _build(self, input_shape)
-    super().build(input_shape)
-
-  def call(self, inputs):
-    return _call(self, self._slices, inputs)
-
   def compute_output_shape(self, input_shape):
     return tf.TensorShape(input_shape)[:-1].concatenate([self.units])
-
-  def dense_weights(self) -> List[np.ndarray]:
-    """[kernel, bias] (or [kernel]) as the unsplit Dense's `get_weights()` would give them."""
-    return _dense_weights(self)
-
-  def set_dense_weights(self, weights: Sequence[np.ndarray]) -> None:
-    """Takes an unsplit Dense's [kernel, bias] (or [kernel]) and gives each device its slice."""
-    _set_dense_weights(self, self._slices, weights)
-
-  @classmethod
-  def from_dense(cls, layer: tf_keras.layers.Dense, devices: Sequence[str], *,
-                 split: str = "columns") -> "SplitDense":
-    """The same layer split over `devices`; a built `layer`'s weights are copied in.
-
-    Raises:
-      TypeError: `layer` is not a tf_keras Dense.
-    """
-    return _from_dense(cls, tf_keras, "tfdist.keras.layers.Dense", layer, devices, split)
-
-  def get_config(self):
-    return _config(tf_keras, self, super().get_config())
-
-
-class Keras3SplitDense(keras.layers.Layer):
-  """`SplitDense` for a Keras 3 model: the same layer, split the same ways.
-
-  Args, methods and behaviour are `SplitDense`'s; `from_dense` takes a Keras 3
-  `keras.layers.Dense`. It trains under `fit` on one device and under
-  MirroredStrategy (each replica then holds every slice, as for `SplitDense`).
-
-  Example:
-
-      >>> import keras
-      >>> model = keras.Sequential([
-      ...     keras.Input((64,)),
-      ...     placement.Keras3SplitDense(256, ["/cpu:0", "/cpu:1"], activation="relu"),
-      ...     placement.Keras3SplitDense(10, ["/cpu:0", "/cpu:1"], split="rows")])
-  """
-
-  def __init__(self, units: int, devices: Sequence[str], *, split: str = "columns",
-               activation=None, use_bias: bool = True,
-               kernel_initializer="glorot_uniform", bias_initializer="zeros", **kwargs):
-    super().__init__(**kwargs)
-    _configure(self, keras, units, devices, split, activation, use_bias, kernel_initializer,
-               bias_initializer)
-    self._slices = []
-
-  def build(self, input_shape):
-    """Makes each slice of the kernel (and of the bias) on its device."""
-    self._slices = _build(self, input_shape)
-    super().build(input_shape)
-
-  def call(self, inputs):
-    """Each slice's multiply on its device; the concatenation or sum on the first."""
-    return _call(self, self._slices, inputs)
-
-  def compute_output_shape(self, input_shape):
-    """The input's shape with its last axis replaced by `units`, as for Dense."""
-    return tuple(input_shape)[:-1] + (self.units,)
-
-  def dense_weights(self) -> List[np.ndarray]:
-    """[kernel, bias] (or [kernel]) as the unsplit Dense's `get_weights()` would give them."""
-    return _dense_weights(self)
-
-  def set_dense_weights(self, weights: Sequence[np.ndarray]) -> None:
-    """Takes an unsplit Dense's [kernel, bias] (or [kernel]) and gives each device its slice."""
-    _set_dense_weights(self, self._slices, weights)
-
-  @classmethod
-  def from_dense(cls, layer, devices: Sequence[str], *,
-                 split: str = "columns") -> "Keras3SplitDense":
-    """The same layer split over `devices`; a built Keras 3 `layer`'s weights are copied in.
-
-    Raises:
-      TypeError: `layer` is not a Keras 3 Dense.
-    """
-    return _from_dense(cls, keras, "keras.layers.Dense (Keras 3)", layer, devices, split)
-
-  def get_config(self):
-    return _config(keras, self, super().get_config())
 
 
 def _is_keras3(value) -> bool:
