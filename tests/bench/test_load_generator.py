@@ -2,6 +2,7 @@
 
 import http.server
 import json
+import math
 import socket
 import threading
 
@@ -25,11 +26,28 @@ class _Answer(http.server.BaseHTTPRequestHandler):
     pass
 
 
-@pytest.fixture
-def answering_port():
-  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
+class _TFServingAnswer(_Answer):
+  """Answers as TF Serving does: predictions only, one per row, no batch sizes."""
+
+  def do_POST(self):  # pylint: disable=invalid-name
+    self.rfile.read(int(self.headers["Content-Length"]))
+    data = json.dumps({"predictions": [[0.0], [1.0]]}).encode()
+    self.send_response(200)
+    self.send_header("Content-Length", str(len(data)))
+    self.end_headers()
+    self.wfile.write(data)
+
+
+def _serve(handler):
+  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
   server.daemon_threads = True
   threading.Thread(target=server.serve_forever, daemon=True).start()
+  return server
+
+
+@pytest.fixture
+def answering_port():
+  server = _serve(_Answer)
   yield server.server_address[1]
   server.shutdown()
   server.server_close()
@@ -42,6 +60,19 @@ def test_sends_exactly_the_requests_asked_for(answering_port):
   assert 0 < load.p50_ms <= load.p99_ms
   assert load.mean_batch_rows == 3
   assert load.rows_per_second == pytest.approx(load.requests_per_second)
+
+
+def test_measures_tf_serving_which_does_not_say_its_batch_sizes():
+  server = _serve(_TFServingAnswer)
+  try:
+    load = bench.run_load([server.server_address[1]], "/v1/models/m:predict", [b"{}"],
+                          clients=2, requests=10, duration=30)
+  finally:
+    server.shutdown()
+    server.server_close()
+  assert (load.requests, load.errors) == (10, 0)
+  assert math.isnan(load.mean_batch_rows)  # Unknown, not a guess.
+  assert load.rows_per_second == pytest.approx(2 * load.requests_per_second)
 
 
 def test_a_server_that_never_answers_ends_the_run_within_its_bounds():

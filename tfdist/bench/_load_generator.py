@@ -38,7 +38,8 @@ class Load:
     seconds: from the first measured request sent to the last answered.
     p50_ms, p99_ms: request latency percentiles.
     requests_per_second, rows_per_second: throughput.
-    mean_batch_rows: the mean size of the batches that served the requests.
+    mean_batch_rows: the mean size of the batches that served the requests;
+      NaN when the server does not say (TF Serving sends no `batch_rows`).
   """
   requests: int
   errors: int
@@ -139,15 +140,16 @@ def run_load(ports: Sequence[int], path: str, bodies: Sequence[bytes], *, client
   latencies = np.asarray([latency for latency, _ in done])
   rows, batch_rows = 0, []
   for _, payload in done:
-    served = json.loads(payload)["batch_rows"]
-    rows += len(served)
-    batch_rows.append(statistics.fmean(served))
+    answer = json.loads(payload)
+    rows += len(answer.get("predictions", ()))  # One per row, in TF Serving's row format.
+    if answer.get("batch_rows"):  # Only tfdist's batching server says.
+      batch_rows.append(statistics.fmean(answer["batch_rows"]))
   seconds = max(last - first, 1e-9)
   return Load(requests=len(done), errors=errors, seconds=seconds,
               p50_ms=1000 * float(np.percentile(latencies, 50)),
               p99_ms=1000 * float(np.percentile(latencies, 99)),
               requests_per_second=len(done) / seconds, rows_per_second=rows / seconds,
-              mean_batch_rows=statistics.fmean(batch_rows))
+              mean_batch_rows=statistics.fmean(batch_rows) if batch_rows else float("nan"))
 
 
 def is_measured(load: Optional[Load]) -> bool:
