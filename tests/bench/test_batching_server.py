@@ -82,3 +82,47 @@ def test_listens_on_loopback_only_and_names_what_it_serves(served):
     _post(port, "model@16x0", np.zeros((1, 5), np.float32))  # The model takes 4 columns.
   answer = _post(port, "model@16x0", np.ones((1, 4), np.float32))
   assert answer["batch_rows"] == [1]
+
+
+def _status(port, content_length: str) -> tuple:
+  """A predict request's status and JSON answer, with `content_length` as its header, no body."""
+  with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+    connection.sendall(f"POST /v1/models/model@16x0:predict HTTP/1.1\r\nHost: test\r\n"
+                       f"Content-Length: {content_length}\r\n\r\n".encode())
+    answer = b""
+    while chunk := connection.recv(65536):  # The server closes: nothing more comes.
+      answer += chunk
+  head, _, body = answer.partition(b"\r\n\r\n")
+  return int(head.split()[1]), json.loads(body)
+
+
+def test_a_bad_content_length_gets_400_or_413_and_the_server_answers_on(served):
+  server, _ = served
+  port = server.server_address[1]
+  assert _status(port, "many") == (400, {"error": "Content-Length must be a whole number of "
+                                                  "bytes. Received: 'many'"})
+  assert _status(port, "-1")[0] == 400  # read(-1) would wait for the client to close.
+  code, answer = _status(port, str(batching_server.MAX_REQUEST_BYTES + 1))
+  assert code == 413 and str(batching_server.MAX_REQUEST_BYTES) in answer["error"]
+  assert _post(port, "model@16x0", np.ones((1, 4), np.float32))["batch_rows"] == [1]
+
+
+def test_a_full_batch_queue_answers_503_and_other_tensorflow_errors_500():
+  def full(rows):  # What the batching op raises past max_enqueued_batches.
+    raise tf.errors.UnavailableError(None, None, "The batch scheduling queue to which this "
+                                     "task was submitted is full")
+
+  def broken(rows):
+    raise tf.errors.InternalError(None, None, "something broke\nand more")
+
+  server = batching_server.make_server({"full": full, "broken": broken})
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  try:
+    port = server.server_address[1]
+    with pytest.raises(RuntimeError, match=r"answered 503.*UnavailableError: The batch sch"):
+      _post(port, "full", np.ones((1, 4), np.float32))
+    with pytest.raises(RuntimeError, match=r"answered 500.*InternalError: something broke\""):
+      _post(port, "broken", np.ones((1, 4), np.float32))
+  finally:
+    server.shutdown()
+    server.server_close()

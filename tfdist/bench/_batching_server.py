@@ -45,6 +45,9 @@ from tfdist.bench._serving import Batching
 HOST = "127.0.0.1"  # Loopback only: nothing here authenticates a client.
 _PATH = re.compile(r"/v1/models/([\w.@-]+):predict")
 _scopes = itertools.count()  # One batcher per batched function: see `batched`.
+# A request body's cap: larger ones get 413 unread, never a handler thread
+# reading for them (a thousand 8x8 digit images are about 1.5 MB of JSON).
+MAX_REQUEST_BYTES = 64 << 20
 
 
 def batched(saved_model, batching: Batching) -> Callable:
@@ -87,7 +90,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
   def do_POST(self):  # pylint: disable=invalid-name
     match = _PATH.fullmatch(self.path)
-    length = int(self.headers.get("Content-Length", 0))
+    header = self.headers.get("Content-Length", "0")
+    try:
+      length = int(header)
+      if not 0 <= length <= MAX_REQUEST_BYTES:
+        raise ValueError
+    except ValueError:
+      # The body is left unread: the next request would start inside it.
+      self.close_connection = True
+      if header.strip().isdigit():
+        return self._reply(413, {"error": f"Content-Length must be at most MAX_REQUEST_BYTES "
+                                          f"({MAX_REQUEST_BYTES}). Received: {header}"})
+      return self._reply(400, {"error": "Content-Length must be a whole number of bytes. "
+                                        f"Received: {header!r}"})
     body = self.rfile.read(length)
     if match is None or match.group(1) not in self.functions:
       return self._reply(404, {"error": f"no model at {self.path}; served: "
@@ -98,6 +113,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       outputs, batch_rows = self.functions[name](tf.constant(rows))
     except (ValueError, KeyError, TypeError, tf.errors.InvalidArgumentError) as e:
       return self._reply(400, {"error": f"{type(e).__name__}: {e}".splitlines()[0]})
+    except (tf.errors.UnavailableError, tf.errors.ResourceExhaustedError) as e:
+      # The batch queue is full (max_enqueued_batches): TF Serving's answer, retry later.
+      return self._reply(503, {"error": f"{type(e).__name__}: {e}".splitlines()[0]})
+    except tf.errors.OpError as e:
+      return self._reply(500, {"error": f"{type(e).__name__}: {e}".splitlines()[0]})
     self._reply(200, {"predictions": outputs.numpy().tolist(),
                       "batch_rows": batch_rows.numpy().tolist()})
 
