@@ -98,3 +98,11 @@ def test_cli_batching_file_needs_a_latency_target():
                                           "--batching_parameters_out=/tmp/x"), timeout=120)
   assert result.returncode != 0
   assert "--batching_parameters_out needs --latency_target_ms" in result.stdout
+
+
+def test_cli_latency_target_must_be_positive():
+  result = helpers.run(helpers.tfdist_cli("bench", "--suites=serving", "--latency_target_ms=0"),
+                       timeout=120)
+  assert result.returncode != 0
+  assert "--latency_target_ms must be > 0 (a p99 latency in milliseconds). Received: 0" \
+      in result.stdout

@@ -28,7 +28,9 @@ Suites (--suites):
                written as TF Serving's batching file (--batching_parameters_out).
 
 Prints a table per suite and, with --output, writes JSON with one key per
-ratio. Medians over --repeats interleaved pairs. Never fails on speed.
+ratio. Medians over --repeats interleaved pairs. Fails on speed only where
+asked to: with --latency_target_ms, the serving suite exits 1 when no setting
+meets the target (after writing --output).
 """
 
 import json
@@ -100,6 +102,17 @@ _SERVING_BATCH_THREADS = flags.DEFINE_integer("serving_batch_threads", 1, "servi
                                               lower_bound=1)
 _LATENCY_TARGET_MS = flags.DEFINE_float("latency_target_ms", None, "serving: the p99 latency "
                                         "the chosen batching setting must meet.")
+
+
+@flags.validator("latency_target_ms")
+def _check_latency_target(value) -> bool:
+  if value is not None and value <= 0:
+    # Checked when flags are parsed, before the serving suite measures for minutes.
+    raise flags.ValidationError("--latency_target_ms must be > 0 (a p99 latency in "
+                                f"milliseconds). Received: {value:g}")
+  return True
+
+
 _BATCHING_PARAMETERS_OUT = flags.DEFINE_string(
     "batching_parameters_out", None, "serving: write the chosen setting here as TF Serving's "
     "--batching_parameters_file (needs --latency_target_ms).")
@@ -321,11 +334,17 @@ def _serving():
         "(noisy, shared); batch = the mean rows of the batches that served a request; "
         "trivial = a model returning its input, served the same way")
   print(bench.serving_table(rows))
-  overhead = bench.trivial_overhead(rows, "model")
-  print(f"The trivial model's p50 / the model's, median over the cells: "
-        f"{overhead['p50_share']:.0%} ({overhead['trivial_p50_ms']:.1f} of "
-        f"{overhead['model_p50_ms']:.1f} ms): the rest is the model.")
-  results = {"serving_trivial_p50_share": overhead["p50_share"]}
+  results = {}
+  try:
+    overhead = bench.trivial_overhead(rows, "model")
+  except ValueError:  # Every cell had errors (see the table): the rest is still written.
+    print("The trivial model's p50 / the model's: not measured, no setting served both "
+          "without errors (see the errors column).")
+  else:
+    print(f"The trivial model's p50 / the model's, median over the cells: "
+          f"{overhead['p50_share']:.0%} ({overhead['trivial_p50_ms']:.1f} of "
+          f"{overhead['model_p50_ms']:.1f} ms): the rest is the model.")
+    results["serving_trivial_p50_share"] = overhead["p50_share"]
   for row in rows:
     key = (f"serving_{row.model}_{row.processes}p_{row.clients}c_"
            f"{row.batching.max_batch_size}x{row.batching.batch_timeout_micros}")
