@@ -1,6 +1,7 @@
 """tfdist.progress: a task's steps in its progress file, its stacks on SIGUSR1, the profile's steps."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -83,3 +84,34 @@ def test_the_input_stamp_keeps_every_element_replays_and_times_the_input_wait(tm
   # 8 steps, 7 timed (the first follows a boundary), each waiting for its element.
   assert row["task"] == "worker:1" and row["steps"] == 8, row
   assert row["input_median"] > 0 and 0 < row["input_share"] <= 1, row
+
+
+def test_a_parameter_server_strategys_input_gets_no_stamp():
+  import tensorflow as tf
+  dataset = tf.data.Dataset.range(2)
+  assert progress._stampable(dataset, tf.distribute.get_strategy())
+  assert not progress._stampable([1, 2], None)
+  # Keras sends its dataset's graph to the workers, where no numpy function of this process runs.
+  # (An uninitialized one: a connected strategy takes a cluster and tens of seconds here.)
+  for strategy_class in (tf.distribute.ParameterServerStrategy,
+                         tf.distribute.experimental.ParameterServerStrategy):
+    assert not progress._stampable(dataset, strategy_class.__new__(strategy_class))
+
+
+def test_a_summary_that_fails_warns_and_training_goes_on(tmp_path, monkeypatch):
+  def broken(rows):
+    raise RuntimeError("no summary")
+
+  monkeypatch.setattr(progress._reporter, "chief", True)
+  monkeypatch.setattr(progress._reporter, "stem", str(tmp_path / "worker-0"))
+  monkeypatch.setattr(progress.step_times, "straggler", broken)
+  records = []
+  handler = logging.Handler()
+  handler.emit = records.append
+  logging.getLogger("tfdist").addHandler(handler)
+  try:
+    progress.epoch_end()
+  finally:
+    logging.getLogger("tfdist").removeHandler(handler)
+  assert [r.getMessage() for r in records] == [
+      "tfdist: the step times of this epoch were not summarized: RuntimeError('no summary')"]

@@ -1,5 +1,7 @@
 """tfdist._step_times: each task's step time and input wait, median and p95; the straggler named."""
 
+import json
+
 from tfdist import _step_times as step_times
 
 
@@ -45,13 +47,18 @@ def test_a_task_markedly_slower_than_the_median_is_named_with_why():
   computing = [_row("worker:0", 0.05, 0.0), _row("worker:1", 0.05, 0.001),
                _row("worker:2", 0.2, 0.001)]
   assert step_times.straggler(computing) == (
-      "worker:2 is markedly slower than the median task (200.0 ms a step against 50.0 ms): "
-      "computing (200.0 ms a step, median, 0% of it input wait)")
+      "worker:2 is markedly slower than the other tasks (200.0 ms a step against 50.0 ms, their "
+      "median): computing (200.0 ms a step, median, 0% of it input wait)")
   waiting = [_row("worker:0", 0.05, None), _row("worker:1", 0.2, 0.15)]
   assert step_times.straggler(waiting) == (
-      "worker:1 is markedly slower than the median task (200.0 ms a step against 125.0 ms): "
-      "waiting for its input (75% of its steps; input wait 150.0 ms median, 150.0 ms p95, in "
-      "a 200.0 ms step)")
+      "worker:1 is markedly slower than the other tasks (200.0 ms a step against 50.0 ms, their "
+      "median): waiting for its input (75% of its steps; input wait 150.0 ms median, 150.0 ms "
+      "p95, in a 200.0 ms step)")
+  # Two tasks: 1.6 times the other's step is named (the slower's own step is no yardstick).
+  assert step_times.straggler([_row("worker:0", 0.1, None), _row("worker:1", 0.16, None)]) == (
+      "worker:1 is markedly slower than the other tasks (160.0 ms a step against 100.0 ms, their "
+      "median): computing (160.0 ms a step, median)")
+  assert step_times.straggler([_row("worker:0", 0.1, None), _row("worker:1", 0.14, None)]) is None
 
 
 def test_the_table_and_the_rows_a_task_writes(tmp_path):
@@ -64,3 +71,20 @@ def test_the_table_and_the_rows_a_task_writes(tmp_path):
       "task          steps  step ms median      p95  input wait ms median      p95  input share",
       "worker:0         50           100.0    100.0                   0.0      0.0           0%",
       "worker:1          7           100.0    100.0                     -        -            -"]
+
+
+def test_a_row_no_task_writes_is_skipped_not_raised(tmp_path):
+  good = _row("worker:0", 0.1, 0.0)
+  (tmp_path / "worker-0.steps").write_text(step_times.to_text(good))
+  fields = json.loads(step_times.to_text(_row("worker:1", 0.1, 0.0)))
+  bad = {"steps": None, "step_median": "fast", "input_share": float("nan"), "task": "worker:7",
+         "steps ": 3}  # The last: a field no row has.
+  for number, (field, value) in enumerate(bad.items(), start=1):
+    (tmp_path / f"worker-{number}.steps").write_text(json.dumps(
+        {**fields, "task": f"worker:{number}", field: value}))
+  (tmp_path / "ps-0.steps").write_text(json.dumps({**fields, "task": "ps:0", "steps": True}))
+  (tmp_path / "root-0.steps").write_text(json.dumps({**fields, "task": "root:0"}))
+  (tmp_path / "worker-8.steps").write_text(json.dumps({**fields, "task": "worker:8",
+                                                       "steps": "50"}))
+  (tmp_path / "worker-9.steps").write_text("[1, 2]")
+  assert step_times.read(str(tmp_path)) == [good]

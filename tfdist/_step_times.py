@@ -24,10 +24,14 @@ Example:
 
 import dataclasses
 import json
+import logging
 import math
 import os
+import re
 import statistics
 from typing import List, Optional, Sequence
+
+logger = logging.getLogger("tfdist")
 
 STEPS_SUFFIX = ".steps"
 # The steps a task keeps (the most recent): its statistics are of these.
@@ -36,7 +40,7 @@ WINDOW = 1000
 WRITE_SECONDS = 1.0
 # Fewer steps than this name no one: too few to say.
 MIN_STEPS = 5
-# Markedly slower: this many times the median task's step (or input wait).
+# Markedly slower: this many times the other tasks' median step (or input wait).
 MARKED = 1.5
 # Input-bound: this share of a step waits for input (the TF profiler's 20%).
 INPUT_BOUND_SHARE = 0.2
@@ -87,16 +91,50 @@ def to_text(row: TaskSteps) -> str:
   return json.dumps(dataclasses.asdict(row))
 
 
+# A task's name, as TF_CONFIG's task types and a file's stem (`worker-1`) give it.
+_TASK = re.compile(r"(chief|worker|ps|evaluator):\d+")
+_SECONDS = ("step_median", "step_p95")
+_MAYBE_SECONDS = ("input_median", "input_p95", "input_share")
+
+
+def _seconds(value, optional: bool) -> bool:
+  """Whether `value` is a finite number >= 0 (or None, where `optional`)."""
+  if value is None:
+    return optional
+  return (isinstance(value, (int, float)) and not isinstance(value, bool) and
+          math.isfinite(value) and value >= 0)
+
+
+def _row(fields, stem: str) -> TaskSteps:
+  """The row of the file `<stem>.steps`; ValueError where a field is not what a task writes."""
+  if not isinstance(fields, dict) or set(fields) - {f.name for f in dataclasses.fields(TaskSteps)}:
+    raise ValueError(f"not a row of step times: {fields!r}")
+  task, steps = fields.get("task"), fields.get("steps")
+  task_type, _, index = stem.rpartition("-")
+  if not isinstance(task, str) or not _TASK.fullmatch(task) or task != f"{task_type}:{index}":
+    raise ValueError(f"`task` must be the task its file names ({stem}). Received: {task!r}")
+  if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+    raise ValueError(f"`steps` must be an int >= 0. Received: {steps!r}")
+  for name in _SECONDS + _MAYBE_SECONDS:
+    if not _seconds(fields.get(name), name in _MAYBE_SECONDS):
+      raise ValueError(f"`{name}` must be a finite number >= 0. Received: {fields.get(name)!r}")
+  return TaskSteps(**fields)
+
+
 def read(directory: str) -> List[TaskSteps]:
-  """Every task's row in `directory` (files that do not parse are skipped), by task."""
+  """Every task's row in `directory`, by task.
+
+  A file that does not parse (mid-write) or holds no row a task writes (a
+  field missing or of another type, another task's name) is skipped.
+  """
   rows = []
   for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
     if name.endswith(STEPS_SUFFIX):
       try:
         with open(os.path.join(directory, name), encoding="utf-8") as f:
-          rows.append(TaskSteps(**json.load(f)))
-      except (OSError, ValueError, TypeError):
-        pass
+          rows.append(_row(json.load(f), name[:-len(STEPS_SUFFIX)]))
+      except (OSError, ValueError, TypeError) as error:
+        logger.debug("tfdist: skipped the step times of %s: %s", name, error)
   return sorted(rows, key=lambda r: r.task)
 
 
@@ -128,10 +166,10 @@ def _why(row: TaskSteps) -> str:
 
 
 def straggler(rows: Sequence[TaskSteps]) -> Optional[str]:
-  """One line naming a task markedly slower than the median task, and why; None if none is.
+  """One line naming a task markedly slower than the other tasks, and why; None if none is.
 
-  First a task whose median step is MARKED times the median of the tasks'
-  (tasks that do not wait for each other); else, where steps are alike (a
+  First a task whose median step is MARKED times the median of the other
+  tasks' (tasks that do not wait for each other); else, where steps are alike (a
   synchronous job), a task whose share of its steps waiting for input is
   MARKED times the median task's, and at least INPUT_BOUND_SHARE: the one
   the others wait for. Tasks with fewer than MIN_STEPS steps are left out.
@@ -139,11 +177,12 @@ def straggler(rows: Sequence[TaskSteps]) -> Optional[str]:
   rows = [r for r in rows if r.steps >= MIN_STEPS]
   if len(rows) < 2:
     return None
-  typical = statistics.median(r.step_median for r in rows)
   slowest = max(rows, key=lambda r: r.step_median)
+  # The others' median, as for the input: with two tasks, the slowest's own step is no yardstick.
+  typical = statistics.median(r.step_median for r in rows if r is not slowest)
   if slowest.step_median > MARKED * typical:
-    return (f"{slowest.task} is markedly slower than the median task ({_ms(slowest.step_median)} "
-            f"ms a step against {_ms(typical)} ms): {_why(slowest)}")
+    return (f"{slowest.task} is markedly slower than the other tasks ({_ms(slowest.step_median)} "
+            f"ms a step against {_ms(typical)} ms, their median): {_why(slowest)}")
   measured = [r for r in rows if r.input_share is not None]
   if len(measured) < 2:
     return None

@@ -21,8 +21,15 @@ leaves the pipeline, and a step's wait is the time from its start to the
 first element that left the pipeline after it (none: no wait). That is the
 wait itself for a pipeline that does not keep up; for one that does, it is
 at most the time the pipeline takes to make an element (it makes the next
-while the step computes). It holds however the strategy splits or shards
-the elements into steps.
+while the step computes). It holds however the strategy splits elements
+into steps, and where each task's pipeline makes only its own elements (one
+task, sharding by files, or none). Where a multi-worker strategy shards the
+dataset by DATA (what its AUTO default does where it cannot shard by files,
+e.g. for a dataset that reads no files), each task's pipeline makes every
+element and the shard after the stamp drops the other tasks': the first
+element stamped after a step started may be one dropped, so there the wait
+of a pipeline that does not keep up is a lower bound. A parameter-server strategy's input gets no stamp (its workers run
+the dataset): its steps are timed, their input waits are not.
 
 Keras `fit` reports its steps by itself (both Kerases: the task site adds a
 callback to every `fit`); `tfdist.training.loop` does too under synchronous
@@ -234,25 +241,44 @@ def epoch_end() -> None:
 
   Keras `fit` and `tfdist.training.loop` call it at each epoch's end.
   """
-  with _reporter.lock:
-    _reporter.write_steps(time.monotonic())
-  if _reporter.chief and _reporter.stem is not None:
-    line = step_times.straggler(step_times.read(os.path.dirname(_reporter.stem)))
-    if line:
-      logger.warning("tfdist: %s", line)
+  try:
+    with _reporter.lock:
+      _reporter.write_steps(time.monotonic())
+    if _reporter.chief and _reporter.stem is not None:
+      line = step_times.straggler(step_times.read(os.path.dirname(_reporter.stem)))
+      if line:
+        logger.warning("tfdist: %s", line)
+  except Exception as error:  # pylint: disable=broad-except  A report never stops training.
+    logger.warning("tfdist: the step times of this epoch were not summarized: %r", error)
 
 
-def stamped_input(dataset):
-  """`dataset` with a last step that notes when each element leaves it, for the input wait.
+def _stampable(dataset, strategy) -> bool:
+  """Whether `dataset`, read by `strategy`, can take the stamp: a `tf.data.Dataset` read here.
 
-  Anything that is no `tf.data.Dataset`, outside a launch or under
-  `TFDIST_INPUT_WAIT=0`, comes back as it is. The elements are unchanged; the step is a `tf.numpy_function` named
-  INPUT_STAMP (tfdist.data.replay knows it replays).
+  Not under a parameter-server strategy: Keras sends a dataset's graph to the
+  workers, where a `tf.numpy_function` of this process cannot run.
   """
   tf = sys.modules.get("tensorflow")
-  if tf is None or _reporter.fd is None or not _reporter.stamping or \
-      not isinstance(dataset, tf.data.Dataset):
+  if tf is None or not isinstance(dataset, tf.data.Dataset):
+    return False
+  remote = tuple(getattr(module, "ParameterServerStrategy", None) for module in (
+      tf.distribute, tf.distribute.experimental, tf.compat.v1.distribute.experimental))
+  return not isinstance(strategy, tuple(c for c in remote if isinstance(c, type)))
+
+
+def stamped_input(dataset, strategy=None):
+  """`dataset` with a last step that notes when each element leaves it, for the input wait.
+
+  Anything that is no `tf.data.Dataset`, a dataset read by a parameter-server
+  `strategy` (its workers run the dataset's graph, not this process), outside
+  a launch or under `TFDIST_INPUT_WAIT=0`, comes back as it is. The elements
+  are unchanged; the step is a `tf.numpy_function` named INPUT_STAMP
+  (tfdist.data.replay knows it replays). A dataset that reads from the
+  tf.data service gets the stamp after its reading step, in this process.
+  """
+  if _reporter.fd is None or not _reporter.stamping or not _stampable(dataset, strategy):
     return dataset
+  tf = sys.modules["tensorflow"]
   stamps = _reporter.stamps
   _reporter.stamped = True
   spec = dataset.element_spec

@@ -11,6 +11,7 @@ def seen():
   import tf_keras
   import keras
   batches = []
+  strategies = []  # The strategy each fit's input is read by, as the input hook gets it.
 
   def make(base):
     class Count(base):
@@ -18,8 +19,9 @@ def seen():
         batches.append(type(self).__mro__[1].__module__)
     return [Count()]
 
-  assert fit_callbacks.enable_fit_callbacks(make)
-  yield batches
+  read_by = lambda x, strategy: strategies.append(strategy) or x
+  assert fit_callbacks.enable_fit_callbacks(make, read_by)
+  yield batches, strategies
   fit_callbacks.disable_fit_callbacks()
   assert tf_keras.Model.fit.__module__.startswith("tf_keras")
   assert keras.Model.fit.__module__.startswith("keras")
@@ -27,6 +29,7 @@ def seen():
 
 @pytest.mark.parametrize("library", ["tf_keras", "keras"])
 def test_every_fit_of_both_kerases_gets_the_callbacks_beside_its_own(seen, library):
+  seen, strategies = seen
   keras = __import__(library)
   model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
   model.compile(optimizer="sgd", loss="mse")
@@ -37,3 +40,6 @@ def test_every_fit_of_both_kerases_gets_the_callbacks_beside_its_own(seen, libra
   model.fit(x, y, batch_size=4, epochs=1, verbose=0)
   assert len(seen) == 6 and all(module.startswith(library) for module in seen), seen
   assert own.history  # The script's own callback still ran.
+  assert strategies == [model.distribute_strategy] * 3  # x by position each time.
+  model.fit(x=x, y=y, batch_size=8, epochs=1, verbose=0)  # x by name.
+  assert strategies == [model.distribute_strategy] * 4

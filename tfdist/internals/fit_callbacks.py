@@ -5,7 +5,8 @@ unmodified script passes no tfdist callback. `enable_fit_callbacks(make)`
 wraps `Model.fit` of both Kerases (tf_keras's `tf_keras.Model.fit`, Keras 3's
 `keras.Model.fit`: public names, no private code) so that every call gets
 `make(callback_base_class)` appended to its callbacks, and its input passed
-through `input_of` when given (the step report's input stamp);
+through `input_of(x, strategy)` when given (the step report's input stamp;
+`strategy` is the model's public `distribute_strategy`, None if it has none);
 `disable_fit_callbacks` puts `fit` back. `tfdist launch`'s task site enables
 it once either Keras is imported (`tfdist.launch._task_imports.after_import`
 for each of KERAS_MODULES). Gated on the Keras versions tested; PATCHES names
@@ -64,10 +65,12 @@ def _patch(module, make: MakeCallbacks, input_of: Optional[Callable]) -> None:
       else:
         kwargs["callbacks"] = callbacks
       if input_of is not None:  # `x`, fit's first parameter.
+        # Which strategy reads the input decides whether it may change (parameter servers send it away).
+        strategy = getattr(self, "distribute_strategy", None)
         if args:
-          args = (input_of(args[0]),) + args[1:]
+          args = (input_of(args[0], strategy),) + args[1:]
         elif "x" in kwargs:
-          kwargs["x"] = input_of(kwargs["x"])
+          kwargs["x"] = input_of(kwargs["x"], strategy)
     return original(self, *args, **kwargs)
 
   _originals[model_class] = original
@@ -77,7 +80,8 @@ def _patch(module, make: MakeCallbacks, input_of: Optional[Callable]) -> None:
 def enable_fit_callbacks(make: MakeCallbacks, input_of: Optional[Callable] = None) -> bool:
   """Appends `make(Callback)` to every `fit` of the Kerases imported so far; whether any is.
 
-  `input_of(x)`, if given, is what such a `fit` reads instead of its `x`.
+  `input_of(x, strategy)`, if given, is what such a `fit` reads instead of its
+  `x`; `strategy` is the model's `distribute_strategy` (None if it has none).
   """
   for name in KERAS_MODULES:
     if name in sys.modules and hasattr(sys.modules[name], "Model"):
