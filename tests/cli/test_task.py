@@ -1,6 +1,7 @@
 """tfdist task: a command run as this pod's task, with the TF_CONFIG its environment gives."""
 
 import json
+import os
 import sys
 
 import helpers
@@ -62,3 +63,21 @@ def test_a_pod_whose_steps_stop_dumps_its_stacks_says_where_and_exits_3(tmp_path
   assert "worker:1 is not waiting inside TensorFlow (a collective waits there): it is in " \
       "wait_forever (" in result.stdout, result.stdout
   assert "done" not in result.stdout.replace("steps done", "")
+
+
+def test_the_wrapper_of_a_multi_node_slurm_task_leaves_no_record(tmp_path):
+  from tfdist.launch import _task_keras as task_keras
+  from tfdist.launch import _trains_alone as trains_alone
+  # A step over `n[1-2]` where no scontrol is found: the wrapper reads the host list with
+  # TensorFlow, under the task site as tfdist's sbatch script runs it; only its command
+  # is a task, and this one never imports TensorFlow.
+  step = {"SLURM_JOB_ID": "1234", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2",
+          "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+          "PATH": str(tmp_path), "PYTHONPATH": task_keras.SITE_DIR,
+          trains_alone.JOINED_DIR_ENV: str(tmp_path), trains_alone.TRAINS_ALONE_ENV: "error",
+          "TFDIST_STALL_TIMEOUT": "0"}  # The command replaces the wrapper: no watcher.
+  result = helpers.run(helpers.tfdist_cli("task", "--", "/bin/true"), timeout=60, env=step)
+  assert result.returncode == 0, result.stdout
+  assert "tfdist task: worker:0 of" in result.stdout, result.stdout
+  assert os.listdir(tmp_path) == []
+  assert trains_alone.job_note(str(tmp_path)) is None

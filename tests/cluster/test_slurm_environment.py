@@ -1,6 +1,8 @@
 """tfdist.cluster._slurm: SLURM's environment to a cluster, on CPU-only nodes."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -115,3 +117,39 @@ def test_plain_node_names_are_read_without_tensorflow():
   assert slurm.cluster_spec_from_slurm(step_env(2, nodelist="node[1-2]", tasks_per_node="2,1",
                                                 ntasks=3)).jobs["worker"] == \
       ("node1:21234", "node1:21235", "node2:21234")
+
+
+# Enough for `scontrol show hostnames`, which talks to no controller.
+MINIMAL_SLURM_CONF = "ClusterName=test\nSlurmctldHost=localhost\n"
+COMPRESSED = [("n[1-2]", "1(x2)"), ("a[01-03,7],b5", "2(x3),1,1"), ("n[1-6]", "2(x3),1,1,1")]
+
+
+@pytest.mark.skipif(shutil.which("scontrol") is None, reason="needs SLURM's scontrol")
+def test_compressed_lists_are_read_by_scontrol_without_tensorflow(tmp_path):
+  # The wrapper of every task of a multi-node job reads `n[1-2]` and `1(x2)`: as
+  # TensorFlow's parser does, without importing TensorFlow.
+  from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as tf_slurm
+  conf = tmp_path / "slurm.conf"
+  conf.write_text(MINIMAL_SLURM_CONF)
+  code = ("import json, sys; from tfdist.cluster import _slurm as slurm; "
+          "print(json.dumps([[[slurm.hostnames(nodes), slurm.tasks_per_node(tasks)] "
+          f"for nodes, tasks in {COMPRESSED!r}], "
+          "'tensorflow' in sys.modules]))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, SLURM_CONF=str(conf)))
+  assert out.returncode == 0, out.stderr
+  expanded, imported = json.loads(out.stdout)
+  assert expanded == [[tf_slurm.expand_hostlist(nodes), tf_slurm.expand_tasks_per_node(tasks)]
+                      for nodes, tasks in COMPRESSED]
+  assert not imported
+
+
+def test_without_scontrol_tensorflow_reads_the_host_list(monkeypatch, tmp_path):
+  from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver as tf_slurm
+  monkeypatch.setenv("PATH", str(tmp_path))  # No scontrol here.
+  for nodes, tasks in COMPRESSED:
+    assert slurm.hostnames(nodes) == tf_slurm.expand_hostlist(nodes)
+    assert slurm.tasks_per_node(tasks) == tf_slurm.expand_tasks_per_node(tasks)
+  with pytest.raises(ValueError, match=r"`SLURM_STEP_TASKS_PER_NODE` must be counts like "
+                     r"'2\(x3\),1'. Received: '2\(3\)'"):
+    slurm.tasks_per_node("2(3)")

@@ -22,10 +22,13 @@ from tfdist import cluster as cluster_lib
 from tfdist.cluster import _grace as grace
 from tfdist.launch import _supervision as supervision
 from tfdist.launch import _task_keras as task_keras
+from tfdist.launch import _trains_alone as trains_alone
 from tfdist.launch import watchdog
 
 
 def main(argv) -> int:
+  # This process only wraps the task: whatever it imports, it never trained alone.
+  trains_alone.not_a_task()
   command = argv[1:]
   if not command:
     print("tfdist task: give the command after '--', e.g. `tfdist task -- python train.py`. "

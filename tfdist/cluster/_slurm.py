@@ -22,6 +22,8 @@ Example (inside `srun -n 2 python train.py`):
 
 import os
 import re
+import shutil
+import subprocess
 from typing import List, Mapping, Optional
 
 from tfdist.cluster import environment
@@ -45,14 +47,43 @@ def in_slurm_step(environ: Optional[Mapping[str, str]] = None) -> bool:
 
 def _expand(environ: Mapping[str, str]):
   nodelist, tasks = environ["SLURM_STEP_NODELIST"], environ["SLURM_STEP_TASKS_PER_NODE"]
-  # Plain names and counts ('n1,n2', '2,1'): no TensorFlow to import in the
-  # wrapper of every task (`tfdist task` under tfdist's sbatch script).
-  if re.fullmatch(r"[^\[\],]+(,[^\[\],]+)*", nodelist) and re.fullmatch(r"\d+(,\d+)*", tasks):
-    return nodelist.split(","), [int(count) for count in tasks.split(",")]
+  # No TensorFlow to import in the wrapper of every task (`tfdist task` under
+  # tfdist's sbatch script): plain names as they are, others by SLURM's own tool.
+  if re.fullmatch(r"[^\[\],]+(,[^\[\],]+)*", nodelist):
+    nodes = nodelist.split(",")
+  else:
+    nodes = hostnames(nodelist)
+  return nodes, tasks_per_node(tasks)
+
+
+def hostnames(nodelist: str) -> List[str]:
+  """SLURM's compressed host list ('n[1-2],m5') as names: `scontrol`, else TF's parser."""
+  if shutil.which("scontrol"):  # On every node of a SLURM cluster.
+    try:
+      names = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                             text=True, timeout=60, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+      names = []
+    if names:
+      return names
   # TF's own hostlist parsing is right; only its task-to-GPU mapping is not.
-  nodes = tf_internals.expand_slurm_hostlist(environ["SLURM_STEP_NODELIST"])
-  per_node = tf_internals.expand_slurm_tasks_per_node(environ["SLURM_STEP_TASKS_PER_NODE"])
-  return nodes, per_node
+  return list(tf_internals.expand_slurm_hostlist(nodelist))
+
+
+def tasks_per_node(value: str) -> List[int]:
+  """SLURM's compressed tasks per node ('2(x3),1') as counts ([2, 2, 2, 1]).
+
+  Raises:
+    ValueError: not such a list.
+  """
+  counts: List[int] = []
+  for part in value.split(","):
+    match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+    if match is None:
+      raise ValueError("`SLURM_STEP_TASKS_PER_NODE` must be counts like '2(x3),1'. "
+                       f"Received: {value!r}")
+    counts += [int(match.group(1))] * int(match.group(2) or 1)
+  return counts
 
 
 def port_base(environ: Mapping[str, str]) -> int:

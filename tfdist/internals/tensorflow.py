@@ -61,15 +61,12 @@ def logical_cpu_replicas(count: int) -> Iterator[bool]:
 
 
 def expand_slurm_hostlist(nodelist: str) -> Sequence[str]:
-  """SLURM's compressed host list ('node[1-3]') as names: TF's own parser."""
+  """SLURM's compressed host list ('node[1-3]') as names: TF's own parser.
+
+  Where `scontrol` is missing only: it imports TensorFlow.
+  """
   from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver
   return slurm_cluster_resolver.expand_hostlist(nodelist)
-
-
-def expand_slurm_tasks_per_node(tasks_per_node: str) -> Sequence[int]:
-  """SLURM's compressed tasks per node ('2(x3),1') as counts: TF's own parser."""
-  from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver
-  return slurm_cluster_resolver.expand_tasks_per_node(tasks_per_node)
 
 
 def is_multi_worker_mirrored(strategy) -> bool:

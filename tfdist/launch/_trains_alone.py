@@ -37,7 +37,6 @@ import shutil
 import tempfile
 from typing import Callable, Iterable, Iterator, List, Mapping, MutableMapping, Optional, Tuple
 
-from tfdist.cluster import _slurm as slurm
 
 logger = logging.getLogger("tfdist")
 
@@ -49,6 +48,8 @@ TRAINS_ALONE_EXIT_CODE = 1
 # Strategies that build their replicas on this machine only, whatever TF_CONFIG says.
 _LOCAL_STRATEGIES = ("MirroredStrategy", "OneDeviceStrategy", "CentralStorageStrategy")
 _told = []  # Whether this task was told already: one line per task.
+# Set by `not_a_task` in this process only: its children are tasks again.
+_not_a_task = []
 # What a task may leave in the folder: "<type>-<index>.<what>" (`_record`).
 _RECORD = re.compile(r"(chief|worker)-\d+\.(joined|tensorflow)")
 
@@ -71,17 +72,10 @@ def cluster_task(environ: Optional[Mapping[str, str]] = None) -> Optional[Tuple[
   """("type:index", chiefs + workers) for a chief or worker task of a collective cluster, else None.
 
   None unless TF_CONFIG names 2 or more chiefs and workers, no ps, and this task is one of them.
-  Without TF_CONFIG, a SLURM step of 2 or more tasks and no ps is such a cluster (every task a
-  worker: `tfdist.cluster._slurm`), read from SLURM's own variables, which needs no TensorFlow.
+  Under `tfdist launch --slurm` every task of 2 or more gets its TF_CONFIG from `tfdist task`;
+  a SLURM step without one (that wrapper, a tf.data service's workers) is no such task.
   """
   environ = os.environ if environ is None else environ
-  if not environ.get("TF_CONFIG") and environ.get("SLURM_STEP_NUM_TASKS"):
-    try:
-      tasks, rank = int(environ["SLURM_STEP_NUM_TASKS"]), int(environ.get("SLURM_PROCID", ""))
-      ps = int(environ.get(slurm.NUM_PS_ENV, "0") or 0)
-    except ValueError:
-      return None
-    return (f"worker:{rank}", tasks) if tasks >= 2 and not ps else None
   try:
     config = json.loads(environ.get("TF_CONFIG") or "{}")
   except ValueError:
@@ -102,8 +96,18 @@ def line(what: str, received: str, task: str, workers: int) -> str:
           f"error stops here instead. Received: {received}")
 
 
+def not_a_task() -> None:
+  """Marks this process as no task: it records and tells nothing, whatever it imports.
+
+  For the `tfdist task` wrapper, which the task site loads in too and which may
+  import TensorFlow itself (to read SLURM's host list without `scontrol`): its
+  command, a new process, is the task.
+  """
+  _not_a_task.append(True)
+
+
 def _tell(what: str, received: str) -> None:
-  found = cluster_task()
+  found = None if _not_a_task else cluster_task()
   if found is None or _told:
     return
   _told.append(what)
@@ -152,7 +156,7 @@ def on_fit(model) -> None:
 
 def _record(what: str) -> None:
   """Leaves `<type>-<index>.<what>` in the launcher's JOINED_DIR_ENV folder, if it gave one."""
-  directory, found = os.environ.get(JOINED_DIR_ENV), cluster_task()
+  directory, found = os.environ.get(JOINED_DIR_ENV), None if _not_a_task else cluster_task()
   if not directory or found is None or not os.path.isdir(directory):
     return
   with open(os.path.join(directory, f"{found[0].replace(':', '-')}.{what}"), "w"):
