@@ -84,6 +84,23 @@ def test_listens_on_loopback_only_and_names_what_it_serves(served):
   assert answer["batch_rows"] == [1]
 
 
+def test_batched_is_public_and_batches_calls_from_threads(tmp_path):
+  model = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(3)])
+  saved_model = tf.saved_model.load(tfdist.export(model, str(tmp_path / "model")))
+  # A window of 2 s: calls made together from threads run as one batch.
+  fn = bench.batched(saved_model, bench.Batching(max_batch_size=16,
+                                                 batch_timeout_micros=2_000_000))
+  rng = np.random.default_rng(0)
+  calls = [rng.random((n, 4)).astype(np.float32) for n in (1, 2, 3)]
+  with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+    answers = list(pool.map(lambda rows: fn(tf.constant(rows)), calls))
+  signature = saved_model.signatures["serving_default"]
+  for rows, (outputs, batch_rows) in zip(calls, answers):
+    (expected,) = signature(tf.constant(rows)).values()
+    np.testing.assert_allclose(outputs.numpy(), expected.numpy(), rtol=1e-6, atol=1e-6)
+    assert batch_rows.numpy().tolist() == [6] * len(rows)  # 1 + 2 + 3 rows, one batch.
+
+
 def _status(port, content_length: str) -> tuple:
   """A predict request's status and JSON answer, with `content_length` as its header, no body."""
   with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:

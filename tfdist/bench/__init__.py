@@ -16,6 +16,7 @@
   `batching_parameters_text`): a SavedModel behind TensorFlow's batching op and
   a loopback HTTP server, under concurrent clients (`run_load`), and TF
   Serving's batching file for a latency target (`tfdist bench --suites=serving`);
+  `batched` is that op around a loaded SavedModel, to call from threads;
 - the all-reduce family (`all_reduce_schedule`, `textbook_cost`, `run_all_reduce`):
   all-to-all, master-worker, tree, round-robin, butterfly and ring, counted
   round by round and run with TensorFlow's sends and receives (notebook 06).
@@ -26,6 +27,7 @@ in `benchmarks/` print and save ratios.
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
 # Plain Python until run_all_reduce is called: importing them loads no TensorFlow.
 from tfdist.bench._all_reduce_family import (ALL_REDUCE_ALGORITHMS, AllReduceCost,
@@ -41,15 +43,22 @@ from tfdist.bench._serving import (Batching, ServingMeasurement, batching_parame
 # `_advice` and `_advice_check` are reached through `tfdist.advise`.
 _SUBMODULES = ("allreduce", "candidates", "collectives", "decision", "harness", "memory",
                "models", "overhead", "scale", "scaling_model")
+# Names from modules that import TensorFlow at the top, loaded on first use too.
+_LAZY = {"batched": "tfdist.bench._batching_server"}
+if TYPE_CHECKING:  # What the reference's static reader sees; `__getattr__` loads it.
+  from tfdist.bench._batching_server import batched  # pylint: disable=unused-import
 __all__ = list(_SUBMODULES) + ["ALL_REDUCE_ALGORITHMS", "AllReduceCost", "AllReduceSchedule",
                                "AllReduceMessage", "all_reduce_schedule", "run_all_reduce",
                                "textbook_cost"]
 __all__ += ["Batching", "Load", "ServingMeasurement", "batching_parameters_text",
             "choose_batching", "measure_serving", "run_load", "serving_table", "trivial_overhead",
             "write_trivial_model"]
+__all__ += list(_LAZY)
 
 
 def __getattr__(name):
+  if name in _LAZY:
+    return getattr(importlib.import_module(_LAZY[name]), name)
   if name not in _SUBMODULES:
     raise AttributeError(f"module 'tfdist.bench' has no attribute {name!r}")
   return importlib.import_module(f"{__name__}.{name}")

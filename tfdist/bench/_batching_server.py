@@ -55,7 +55,14 @@ def batched(saved_model, batching: Batching) -> Callable:
 
   Returns a function of one input batch returning (the signature's first
   output, the rows of the batch each row was served in); concurrent calls
-  from several threads are batched together.
+  from several threads are batched together. Each returned function has its
+  own batcher (see the comment below), so several may serve side by side.
+
+  Example (`tfdist.bench.batched`):
+
+      >>> fn = bench.batched(tf.saved_model.load(path),
+      ...                    bench.Batching(max_batch_size=8, batch_timeout_micros=2000))
+      >>> outputs, batch_rows = fn(tf.zeros([1, 8, 8, 1]))   # from many threads at once
   """
   signature = saved_model.signatures["serving_default"]
   (input_name, spec), = signature.structured_input_signature[1].items()
