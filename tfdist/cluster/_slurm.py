@@ -57,7 +57,10 @@ def _expand(environ: Mapping[str, str]):
 
 
 def hostnames(nodelist: str) -> List[str]:
-  """SLURM's compressed host list ('n[1-2],m5') as names: `scontrol`, else TF's parser."""
+  """SLURM's compressed host list as names: `scontrol`, else TF's parser (imports TensorFlow).
+
+  Example: `hostnames("n[1-2],m5")` is `["n1", "n2", "m5"]`.
+  """
   if shutil.which("scontrol"):  # On every node of a SLURM cluster.
     try:
       names = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
@@ -71,7 +74,9 @@ def hostnames(nodelist: str) -> List[str]:
 
 
 def tasks_per_node(value: str) -> List[int]:
-  """SLURM's compressed tasks per node ('2(x3),1') as counts ([2, 2, 2, 1]).
+  """SLURM's compressed tasks per node as counts.
+
+  Example: `tasks_per_node("2(x3),1")` is `[2, 2, 2, 1]`.
 
   Raises:
     ValueError: not such a list.
