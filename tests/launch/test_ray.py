@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -394,3 +395,54 @@ def test_a_job_in_which_no_two_tasks_joined_a_collective_is_named_at_its_end(clu
                    r"no TF_CONFIG", out, re.M), out[-3000:]
   assert re.search(r"^\[tfdist launch\] No two tasks ever joined a collective: .* none did",
                    out, re.M), out[-3000:]
+
+
+class _LostActor:
+  """An actor whose every call comes back as Ray's word that the actor was lost."""
+
+  def __getattr__(self, name):
+    return type("Method", (), {"remote": staticmethod(lambda *args: name)})()
+
+
+def test_an_actor_lost_after_its_task_exited_keeps_the_tasks_exit_code(tmp_path):
+  # Before: the records' ray.get raised out of run_task, a traceback instead of code 3.
+  def lost(reference):
+    raise ray.exceptions.RayActorError(error_msg=f"The actor died before {reference} returned.")
+  out = tmp_path / "out"
+  env = {launch._trains_alone.JOINED_DIR_ENV: str(tmp_path)}
+  with open(out, "w") as output:
+    assert launch._ray.hand_back(lost, _LostActor(), "worker:1", 3, env, output,
+                                 str(tmp_path / "result")) == 3
+  assert out.read_text() == ("tfdist: worker:1 exited with code 3, then its Ray actor was lost "
+                             "before handing back its result and records: The actor died before "
+                             "result returned.\n")
+
+
+def test_an_actors_folders_go_when_it_is_sigkilled(tmp_path):
+  # Ray kills a lost launcher's actors, and their children: no finally runs in them.
+  folder = tmp_path / "tfdist-joined-x"
+  folder.mkdir()
+  (folder / "worker-0.tensorflow").write_text("")
+  code = textwrap.dedent("""
+      import os, signal, sys, time
+      from tfdist.launch import _ray
+      remover = _ray.remove_when_gone(sys.argv[1:])
+      time.sleep(1)
+      print(os.path.isdir(sys.argv[1]), flush=True)
+      # As Ray kills an actor: its children first (kill_child_processes_on_worker_exit).
+      for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+          with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[1] == str(os.getpid()):
+              os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+          pass
+      os.kill(os.getpid(), signal.SIGKILL)
+      """)
+  with helpers.spawned([sys.executable, "-c", code, str(folder)]) as process:
+    assert process.stdout.readline().strip() == "True"  # Kept while the process lives.
+    assert process.wait(timeout=60) == -signal.SIGKILL
+  deadline = time.monotonic() + 30
+  while folder.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+  assert not folder.exists()
