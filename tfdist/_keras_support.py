@@ -96,6 +96,14 @@ def is_keras3_model(model) -> bool:
   return any(cls.__module__.startswith("keras.") for cls in type(model).__mro__)
 
 
+def has_keras_train_step(model) -> bool:
+  """Whether `model`'s class steps with Keras's own `train_step` (either Keras's), not its own."""
+  for cls in type(model).__mro__:
+    if "train_step" in vars(cls):
+      return cls.__module__.startswith(("keras.", "tf_keras."))
+  return False
+
+
 def is_keras3_function(fn: Callable) -> bool:
   """Whether `fn` (a step function, possibly a tf.function) belongs to Keras 3."""
   fn = getattr(fn, "python_function", fn)

@@ -284,7 +284,7 @@ def local_sgd(model, sync_every: int, *, outer_optimizer: Optional[str] = None,
   if ATTRIBUTE in vars(model):
     raise ValueError("local_sgd was called on this model already (its outer state exists); "
                      f"build a new model to change it. Received: sync_every={sync_every}")
-  if "train_step" in vars(model) or not _keras_own_step(model):
+  if "train_step" in vars(model) or not keras_support.has_keras_train_step(model):
     raise TypeError("local_sgd replaces Keras's own train_step, and this model has its own "
                     "(or tfdist's): call LocalSGD.apply_local in yours instead. Received: "
                     f"{type(model).__name__}.train_step")
@@ -304,13 +304,6 @@ def local_sgd(model, sync_every: int, *, outer_optimizer: Optional[str] = None,
   model.make_train_function = types.MethodType(_make_train_function, model)
   model.train_function = None  # Traced again, with this step.
   return model
-
-
-def _keras_own_step(model) -> bool:
-  for cls in type(model).__mro__:
-    if "train_step" in vars(cls):
-      return cls.__module__.startswith(("keras.", "tf_keras."))
-  return False
 
 
 def _make_train_function(self, force=False):

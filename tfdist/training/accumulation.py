@@ -84,7 +84,7 @@ def accumulate(model, steps: int):
         "accumulate replaces Keras's own train_step, and this model has its own (or "
         "tfdist's single all-reduce step): accumulate inside yours with "
         "tfdist.training.accumulated_gradients. Received: a model with its own train_step")
-  if own is None and not _keras_own_step(model):
+  if own is None and not keras_support.has_keras_train_step(model):
     raise TypeError(
         "accumulate replaces Keras's own train_step, and this model has its own: accumulate "
         "inside yours with tfdist.training.accumulated_gradients. Received: "
@@ -97,14 +97,6 @@ def accumulate(model, steps: int):
   setattr(model, STEPS_ATTRIBUTE, steps)
   model.train_function = None  # Traced again, with this step.
   return model
-
-
-def _keras_own_step(model) -> bool:
-  """Whether `model`'s `train_step` is Keras's (either Keras's), not a subclass's."""
-  for cls in type(model).__mro__:
-    if "train_step" in vars(cls):
-      return cls.__module__.startswith(("keras.", "tf_keras."))
-  return False
 
 
 def accumulated_gradients(batch, steps: int, loss_fn, variables, *, has_aux: bool = False):
