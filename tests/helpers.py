@@ -157,13 +157,31 @@ def read_once(results, epoch):
 
 # --- the strategy tests' model: the same user code under every strategy ---
 
-def regression_data():
+KERASES = ["keras3", "tf_keras"]  # The tests' parameter for "under each Keras".
+
+
+def keras_of(flavour):
+  """The Keras package of a KERASES entry: Keras 3, or tf_keras (tfdist.keras)."""
+  if flavour == "keras3":
+    import keras  # pylint: disable=g-import-not-at-top
+    return keras
+  import tfdist  # pylint: disable=g-import-not-at-top
+  return tfdist.keras
+
+
+def regression_data(n=256):
   """A small linear regression: (x, y), the same every call."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
-  x = rng.random((256, 4)).astype("float32")
+  x = rng.random((n, 4)).astype("float32")
   y = x @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32")
   return x, y
+
+
+def regression_batches(n=100, batch_size=32):
+  """regression_data(n) as a tf.data.Dataset of batches (100 by 32: the last one has 4)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.data.Dataset.from_tensor_slices(regression_data(n)).batch(batch_size)
 
 
 def build_and_fit(strategy, epochs=5):

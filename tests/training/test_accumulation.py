@@ -16,22 +16,8 @@ import helpers
 import tfdist
 from tfdist.training import loop as loop_lib
 
-KERASES = ["keras3", "tf_keras"]
+KERASES = helpers.KERASES
 ACCUMULATE_TRAIN = f"{helpers.SCRIPTS}/accumulate_train.py"
-
-
-def _keras(flavour):
-  if flavour == "keras3":
-    import keras
-    return keras
-  return tfdist.keras
-
-
-def _data(n=100):  # Batches of 32: the last one has 4 examples.
-  rng = np.random.default_rng(0)
-  x = rng.random((n, 4)).astype("float32")
-  y = (x @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32")).astype("float32")
-  return tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
 
 
 def _compiled(keras, strategy, loss_scale=False):
@@ -49,7 +35,7 @@ def _compiled(keras, strategy, loss_scale=False):
 
 
 def _fit(model, epochs=1):
-  return model.fit(_data(), epochs=epochs, verbose=0).history
+  return model.fit(helpers.regression_batches(), epochs=epochs, verbose=0).history
 
 
 def _assert_same(model, history, reference, reference_history, names=("loss", "mae")):
@@ -65,7 +51,7 @@ def _assert_same(model, history, reference, reference_history, names=("loss", "m
 @pytest.mark.parametrize("flavour", KERASES)
 def test_micro_batches_equal_one_device_on_the_whole_batch(flavour):
   """fit under every single-machine strategy, with loss scaling, and the loop."""
-  keras = _keras(flavour)
+  keras = helpers.keras_of(flavour)
   reference = _compiled(keras, tf.distribute.get_strategy())
   reference_history = _fit(reference)
   for name, steps, loss_scale in (("one_device", 2, False), ("mirrored", 2, True),
@@ -81,7 +67,7 @@ def test_micro_batches_equal_one_device_on_the_whole_batch(flavour):
   model = _compiled(keras, strategy)
   loop = loop_lib.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
                        optimizer=model.optimizer, accumulate_steps=2, steps_per_loop=2)
-  history = loop.fit(_data(), epochs=1, verbose=False)
+  history = loop.fit(helpers.regression_batches(), epochs=1, verbose=False)
   assert history["examples"] == [100.0]
   _assert_same(model, history, reference, reference_history, names=("loss",))
 
@@ -142,7 +128,7 @@ def test_the_job_trains_the_same_in_micro_batches():
     return _compiled(tfdist.keras, tf.distribute.get_strategy())
 
   def dataset_fn(input_context):
-    return _data().rebatch(input_context.get_per_replica_batch_size(32))
+    return helpers.regression_batches().rebatch(input_context.get_per_replica_batch_size(32))
 
   results = [job.train(job.TrainConfig(strategy="one_device", epochs=1, batch_size=32, verbose=0,
                                        model_fn=model_fn, dataset_fn=dataset_fn,

@@ -17,22 +17,9 @@ import helpers
 import tfdist
 from tfdist.training import loop as loop_lib
 
-KERASES = ["keras3", "tf_keras"]
+KERASES = helpers.KERASES
+_data = helpers.regression_batches  # 100 examples in batches of 32: the last one has 4.
 LOCAL_SGD_TRAIN = f"{helpers.SCRIPTS}/local_sgd_train.py"
-
-
-def _keras(flavour):
-  if flavour == "keras3":
-    import keras
-    return keras
-  return tfdist.keras
-
-
-def _data(n=100):  # Batches of 32: the last one has 4 examples.
-  rng = np.random.default_rng(0)
-  x = rng.random((n, 4)).astype("float32")
-  y = (x @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32")).astype("float32")
-  return tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
 
 
 def _compiled(keras, strategy, optimizer=None):
@@ -122,7 +109,7 @@ def test_a_resumed_loop_keeps_the_sync_point_and_the_outer_state(tmp_path):
 @pytest.mark.parametrize("flavour", KERASES)
 def test_what_a_fit_backup_saves_holds_the_outer_state(flavour, tmp_path):
   """Each Keras's backup format (tf_keras: a TF checkpoint of the model; Keras 3: its weights file)."""
-  keras, strategy = _keras(flavour), tfdist.make_strategy("mirrored")
+  keras, strategy = helpers.keras_of(flavour), tfdist.make_strategy("mirrored")
 
   def diloco():
     return tfdist.training.local_sgd(_compiled(keras, strategy), sync_every=2,

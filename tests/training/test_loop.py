@@ -22,20 +22,7 @@ from tfdist.data import replay
 
 LOOP_TRAIN = f"{helpers.SCRIPTS}/loop_train.py"
 LOOP_RESUME = f"{helpers.SCRIPTS}/loop_resume.py"
-KERASES = ["keras3", "tf_keras"]
-
-
-def _keras(flavour):
-  if flavour == "keras3":
-    import keras
-    return keras
-  return tfdist.keras
-
-
-def _data(n):
-  rng = np.random.default_rng(0)
-  x = rng.random((n, 4)).astype("float32")
-  return x, (x @ np.array([[1.0], [-2.0], [3.0], [0.5]], "float32")).astype("float32")
+KERASES = helpers.KERASES
 
 
 def _model(keras, strategy, weights=None, regularizer=None):
@@ -58,8 +45,8 @@ def _loop(keras, strategy, model, **kwargs):
 @pytest.mark.parametrize("flavour", KERASES)
 @pytest.mark.parametrize("name", ["one_device", "mirrored", "central_storage"])
 def test_losses_equal_fit(name, flavour):
-  keras, strategy = _keras(flavour), tfdist.make_strategy(name)
-  x, y = _data(1024)
+  keras, strategy = helpers.keras_of(flavour), tfdist.make_strategy(name)
+  x, y = helpers.regression_data(1024)
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
   # Keras 3's fit trains right under central storage but logs wrong losses
   # (first epoch 2.38 for 0.85; docs/known_issues.md): compare with one device.
@@ -82,8 +69,8 @@ def test_losses_equal_fit(name, flavour):
 @pytest.mark.parametrize("flavour", KERASES)
 def test_a_partial_last_batch_is_averaged_over_the_examples_it_has(flavour):
   # 1001 = 15 x 64 + 41: the last global batch splits 21 + 20 over the replicas.
-  keras = _keras(flavour)
-  x, y = _data(1001)
+  keras = helpers.keras_of(flavour)
+  x, y = helpers.regression_data(1001)
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
   single = tfdist.make_strategy("one_device")
   reference = _model(keras, single)
@@ -105,7 +92,7 @@ def test_a_partial_last_batch_is_averaged_over_the_examples_it_has(flavour):
 
 def test_a_step_of_your_own_with_regularization_trains_like_fit():
   keras, strategy = tfdist.keras, tfdist.make_strategy("mirrored")
-  x, y = _data(512)
+  x, y = helpers.regression_data(512)
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
   l2 = keras.regularizers.L2(0.01)
   fitted = _model(keras, strategy, regularizer=l2)
@@ -139,8 +126,8 @@ def test_a_step_of_your_own_with_regularization_trains_like_fit():
 
 @pytest.mark.parametrize("flavour", KERASES)
 def test_a_restarted_loop_resumes_where_its_checkpoint_left_off(flavour, tmp_path):
-  keras, strategy = _keras(flavour), tfdist.make_strategy("mirrored")
-  x, y = _data(512)  # 8 batches: epochs of 4 steps read batches 0-3, 4-7, 0-3.
+  keras, strategy = helpers.keras_of(flavour), tfdist.make_strategy("mirrored")
+  x, y = helpers.regression_data(512)  # 8 batches: epochs of 4 steps read batches 0-3, 4-7, 0-3.
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(64)
   straight = _model(keras, strategy)
   initial = straight.get_weights()
@@ -161,7 +148,7 @@ def test_a_restarted_loop_resumes_where_its_checkpoint_left_off(flavour, tmp_pat
 
 def test_resuming_mid_epoch_runs_only_the_steps_left(tmp_path):
   keras, strategy = tfdist.keras, tfdist.make_strategy("one_device")
-  x, y = _data(512)
+  x, y = helpers.regression_data(512)
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(64)
   model = _model(keras, strategy)
   loop = _loop(keras, strategy, model, checkpoint_dir=str(tmp_path / "run"))
@@ -224,7 +211,7 @@ def test_a_job_stopped_by_sigterm_and_started_again_ends_with_the_uninterrupted_
 
 def test_a_pipeline_that_cannot_be_replayed_is_named_once_before_training(caplog):
   keras, strategy = tfdist.keras, tfdist.make_strategy("one_device")
-  x, y = _data(128)
+  x, y = helpers.regression_data(128)
   replayable = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(128, seed=1).batch(32)
   assert replay.not_replayable(replayable) == []
   tf.random.set_seed(None)  # No global seed, as in a fresh program.
@@ -276,7 +263,7 @@ def test_bad_arguments_name_the_field_and_the_value():
     loop_lib.Loop(strategy, model, step_fn=lambda b: {}, checkpointed={"seen": model.weights[0]})
   with pytest.raises(ValueError, match=r"needs a built model.*Received: an unbuilt Sequential"):
     loop_lib.Loop(strategy, keras.Sequential([keras.layers.Dense(1)]), step_fn=lambda b: {})
-  x, y = _data(64)
+  x, y = helpers.regression_data(64)
   reduced = loop_lib.Loop(strategy, model, loss=lambda y, p: tf.reduce_mean(tf.square(y - p)),
                           optimizer=keras.optimizers.SGD(0.1))
   with pytest.raises(ValueError, match=r"`loss` must give one value per example.*"
@@ -369,9 +356,9 @@ def test_mixed_float16_steps_scale_the_loss(flavour, name):
   # Under mixed_float16 compile wraps the optimizer in loss scaling; the loop
   # scales the loss and unscales the gradients with it, as Keras's step does.
   from tfdist.training import precision
-  keras = _keras(flavour)
+  keras = helpers.keras_of(flavour)
   strategy = tfdist.make_strategy(name)
-  x, y = _data(256)
+  x, y = helpers.regression_data(256)
   with precision.policy("mixed_float16"):
     model = _model(keras, strategy)
     with strategy.scope():
