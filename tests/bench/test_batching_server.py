@@ -16,9 +16,14 @@ from tfdist.bench import _batching_server as batching_server
 from tfdist.bench import _load_generator as load_generator
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def served(tmp_path_factory):
   """A Dense model exported with tfdist.export and the trivial model, each batched twice.
+
+  One server per test: with one server for the module, the model's no-window
+  function hung in TensorFlow's call, about one run in two, after the 2 s
+  window's functions had served the first test (not understood; a new server
+  per test has not shown it).
 
   Yields (port, the model's own signature); the server stops afterwards.
   """
@@ -113,15 +118,25 @@ def _status(port, content_length: str) -> tuple:
   return int(head.split()[1]), json.loads(body)
 
 
-def test_a_bad_content_length_gets_400_or_413_and_the_server_answers_on(served):
-  server, _ = served
-  port = server.server_address[1]
-  assert _status(port, "many") == (400, {"error": "Content-Length must be a whole number of "
-                                                  "bytes. Received: 'many'"})
-  assert _status(port, "-1")[0] == 400  # read(-1) would wait for the client to close.
-  code, answer = _status(port, str(batching_server.MAX_REQUEST_BYTES + 1))
-  assert code == 413 and str(batching_server.MAX_REQUEST_BYTES) in answer["error"]
-  assert _post(port, "model@16x0", np.ones((1, 4), np.float32))["batch_rows"] == [1]
+def test_a_bad_content_length_gets_400_or_413_and_the_server_answers_on():
+  # The header is read before any model runs: a model of numpy's own serves here.
+  def model(rows):
+    return tf.constant(rows.numpy() * 2), tf.fill([rows.shape[0]], rows.shape[0])
+
+  server = batching_server.make_server({"model@16x0": model})
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  try:
+    port = server.server_address[1]
+    assert _status(port, "many") == (400, {"error": "Content-Length must be a whole number of "
+                                                    "bytes. Received: 'many'"})
+    assert _status(port, "-1")[0] == 400  # read(-1) would wait for the client to close.
+    code, answer = _status(port, str(batching_server.MAX_REQUEST_BYTES + 1))
+    assert code == 413 and str(batching_server.MAX_REQUEST_BYTES) in answer["error"]
+    answer = _post(port, "model@16x0", np.ones((1, 4), np.float32))
+    assert answer == {"predictions": [[2.0] * 4], "batch_rows": [1]}
+  finally:
+    server.shutdown()
+    server.server_close()
 
 
 def test_a_full_batch_queue_answers_503_and_other_tensorflow_errors_500():
