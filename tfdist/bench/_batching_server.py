@@ -83,8 +83,20 @@ def batched(saved_model, batching: Batching) -> Callable:
         return signature(**{input_name: batch})[output_name], tf.fill([size], size)
       return run(rows)
 
-  serve.saved_model = saved_model  # It owns the variables: they live as long as `serve`.
-  return serve
+  input_spec = tf.TensorSpec(spec.shape, spec.dtype)
+
+  def checked(rows):
+    # An input the signature refuses is refused here: tf.function (TF 2.21) takes
+    # its lock before binding the inputs and does not release it when binding
+    # fails, so every later call from another thread would wait forever.
+    rows = tf.convert_to_tensor(rows)
+    if not input_spec.is_compatible_with(rows):
+      raise ValueError(f"The model takes {input_spec.dtype.name} rows of shape "
+                       f"{input_spec.shape}. Received: {rows.dtype.name} of shape {rows.shape}")
+    return serve(rows)
+
+  checked.saved_model = saved_model  # It owns the variables: they live as long as `checked`.
+  return checked
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
