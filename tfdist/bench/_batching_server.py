@@ -96,6 +96,7 @@ def batched(saved_model, batching: Batching) -> Callable:
     return serve(rows)
 
   checked.saved_model = saved_model  # It owns the variables: they live as long as `checked`.
+  checked.input_signature = serve.input_signature  # As a tf.function's: what it takes.
   return checked
 
 
