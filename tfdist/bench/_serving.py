@@ -17,9 +17,9 @@ input) to see what the HTTP and JSON round trip costs without the model.
 
 Example:
 
-    >>> path = tfdist.export(model, "/tmp/digits")
+    >>> path = tfdist.export(model, "models/digits/1")
     >>> rows = measure_serving({"model": path}, [Batching(8, 0), Batching(32, 2000)])
-    >>> print(serving_table(rows))
+    >>> table = serving_table(rows)   # A text table: one line per cell, p50, p99, requests/s.
     >>> best = choose_batching(rows, latency_target_ms=50)
     >>> open("batching.txt", "w").write(batching_parameters_text(best.batching))
 """

@@ -286,8 +286,7 @@ def step_summary(directory: str) -> Optional[str]:
 
   Example:
 
-      >>> text = step_summary(watchdog.directory)
-      >>> if text: print(text)
+      >>> text = step_summary(watchdog.directory)   # None, or the table and straggler line
   """
   rows = [row for row in step_times.read(directory) if row.steps]
   if not rows:
