@@ -81,3 +81,26 @@ def test_the_wrapper_of_a_multi_node_slurm_task_leaves_no_record(tmp_path):
   assert "tfdist task: worker:0 of" in result.stdout, result.stdout
   assert os.listdir(tmp_path) == []
   assert trains_alone.job_note(str(tmp_path)) is None
+
+
+def test_a_command_that_fails_leaves_its_code_and_one_that_is_stopped_none(tmp_path):
+  import signal
+  from tfdist.launch import _first_failure as first_failure
+  from tfdist.launch import _trains_alone as trains_alone
+  env = dict(POD, **{trains_alone.JOINED_DIR_ENV: str(tmp_path)})
+  result = helpers.run(helpers.tfdist_cli("task", "--", sys.executable, "-c", "exit(5)"),
+                       timeout=60, env=env)
+  assert result.returncode == 5, result.stdout
+  assert first_failure.first(str(tmp_path)) == ("worker:1", 5)
+  # Stopped by the platform (srun's SIGTERM after a peer failed): no record, the signal's code.
+  os.remove(tmp_path / "worker-1.exit")
+  with helpers.spawned(helpers.tfdist_cli(
+      "task", "--", sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"),
+      env=env) as process:
+    for line in process.stdout:  # Its task line, then the command's.
+      if line.strip() == "up":
+        break
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=30)
+  assert process.returncode == -signal.SIGTERM
+  assert os.listdir(tmp_path) == []

@@ -145,11 +145,15 @@ def test_a_failing_job_returns_its_exit_code(slurm, tmp_path):
   result = helpers.run(helpers.tfdist_cli(
       "launch", "--slurm", "--workers=2", "--timeout=120", f"--workdir={workdir}", "--",
       sys.executable, "-c",
-      "import os, socket, sys; print('rank', os.environ['SLURM_PROCID'], 'sees', "
-      "[name for _, name in socket.if_nameindex()]); sys.exit(3)"),
+      "import os, socket, sys, time; rank = os.environ['SLURM_PROCID']; print('rank', rank, "
+      "'sees', [name for _, name in socket.if_nameindex()], flush=True); "
+      "time.sleep(0 if rank == '1' else 100); sys.exit(3)"),
       timeout=200, env={"SLURM_CONF": slurm.conf})
+  # srun stops rank 0 and returns 143 (SIGTERM), the highest code: the launch returns the first.
   assert result.returncode == 3, result.stdout[-3000:]
-  assert re.search(r"SLURM job \d+ ended FAILED, exit code 3", result.stdout)
+  assert re.search(r"SLURM job \d+ ended FAILED, exit code 143", result.stdout)
+  assert "[tfdist launch] worker:1 failed first, with exit code 3; SLURM then stopped the " \
+      "other tasks, and srun's 143 is theirs. The launch exits 3" in result.stdout
   # The launch names the ports every host that reaches the node can reach, and the fix.
   # This cluster reserves ports per step (tests/slurm_cluster.py: MpiParams=ports=).
   assert "[tfdist launch] TensorFlow's servers of this job listen on ports in 30000-30999 " \

@@ -11,7 +11,9 @@ gives its tasks (`tfdist.launch._task_keras`). An environment that names a task 
 In a job of two or more training tasks the command runs as a child instead,
 watched for stalls (`tfdist.launch.watchdog.watch_task`; `TFDIST_STALL_TIMEOUT`,
 0 for the plain replacement): a task whose steps stop dumps its stacks, says
-where it is, and exits with code 3 for the platform to restart the job.
+where it is, and exits with code 3 for the platform to restart the job. A
+command that fails on its own leaves its exit code for the launcher, which
+names the task that failed first (`tfdist.launch._first_failure`).
 """
 
 import os
@@ -20,6 +22,7 @@ import sys
 
 from tfdist import cluster as cluster_lib
 from tfdist.cluster import _grace as grace
+from tfdist.launch import _first_failure as first_failure
 from tfdist.launch import _supervision as supervision
 from tfdist.launch import _task_keras as task_keras
 from tfdist.launch import _trains_alone as trains_alone
@@ -75,12 +78,16 @@ def _could_not_run(command, error: OSError) -> int:
 
 def _watched(command, env, task, stall_timeout, grace_period) -> int:
   """The command as a child, watched alone for stalls: the launcher cannot see a pod's steps."""
+  passed_on = []
   try:
     # The task dies with this wrapper, as it did when the wrapper replaced itself with it.
     code = watchdog.watch_task(command, env, task, stall_timeout, sys.stdout, grace_period,
-                               preexec_fn=supervision.die_with_parent(os.getpid()))
+                               preexec_fn=supervision.die_with_parent(os.getpid()),
+                               passed_on=passed_on)
   except OSError as e:
     return _could_not_run(command, e)
+  if not passed_on:  # It ended on its own: the launcher may name it as the first to fail.
+    first_failure.record(task, code, env)
   if code < 0:  # Die of the same signal, as the command did.
     sys.stdout.flush()
     if -code not in (signal.SIGKILL, signal.SIGSTOP):  # Those keep their default action.

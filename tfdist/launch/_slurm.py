@@ -9,6 +9,9 @@ script it submits runs
     srun --kill-on-bad-exit=1 --label --ntasks=N python -m tfdist task -- python train.py
 
 so every task's line starts with its rank, and one failing task ends the job.
+srun then returns the highest exit code of its tasks, 143 for those it
+stopped; the launch returns the code of the task that failed first instead,
+and names it (`tfdist.launch._first_failure`).
 `tfdist task` (`tfdist.cli.task`) gives each task its `TF_CONFIG`, built from
 SLURM's variables (`tfdist.cluster._slurm`), and tfdist's task site, and in a
 job of two or more training tasks watches its steps for stalls beside it
@@ -43,6 +46,7 @@ from typing import Mapping, Optional, Sequence, TextIO
 from tfdist.cluster import _data_service as data_service_lib
 from tfdist.cluster import _slurm as slurm_cluster
 from tfdist.launch import _exposure as exposure
+from tfdist.launch import _first_failure as first_failure
 from tfdist.launch import _launcher as launcher_lib
 from tfdist.launch import _task_keras as task_keras
 from tfdist.launch import _trains_alone as trains_alone
@@ -286,6 +290,12 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
     report(f"submitted SLURM job {job_id} ({script_path})")
     report(exposure.warning("slurm", _ports(job_id, ntasks, env)))
     code = _follow(job_id, log_path.replace("%j", job_id), timeout, env, output)
+    found = None if code == 124 else first_failure.first(joined_dir)
+    if found and found[1] != code:
+      # srun returns the highest code, 143 for the peers it stopped: the cause is the first.
+      report(f"{found[0]} failed first, with exit code {found[1]}; SLURM then stopped the "
+             f"other tasks, and srun's {code} is theirs. The launch exits {found[1]}")
+      code = found[1]
     return trains_alone.job_end(code, joined_dir, env, report)
 
 

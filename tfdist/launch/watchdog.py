@@ -297,7 +297,8 @@ def step_summary(directory: str) -> Optional[str]:
 
 
 def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeout: float,
-               output: TextIO, grace_period: float, preexec_fn=None) -> int:
+               output: TextIO, grace_period: float, preexec_fn=None,
+               passed_on: Optional[List[int]] = None) -> int:
   """Runs `command` as a child watched alone (`tfdist task` in a pod); its exit code.
 
   Where the launcher cannot see every task (a Kubernetes pod), each task's
@@ -306,6 +307,8 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
   STALL_EXIT_CODE for the platform to restart the job. SIGTERM and SIGINT are
   passed on to the child; `preexec_fn` runs in it before the command (e.g.
   `supervision.die_with_parent`, so that a killed wrapper leaves no task).
+  Each signal passed on is appended to `passed_on`, if given: the caller can
+  then tell a command that ended on its own from one that was stopped.
   """
   directory = make_directory()
   try:
@@ -314,7 +317,11 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
     # to the wrapper alone (a pod's PID 1) is passed on to the command.
     child = subprocess.Popen(list(command), env={**env, progress.PROGRESS_DIR_ENV: directory},
                              preexec_fn=preexec_fn)
-    forward = lambda signum, frame: _signal(child, signum)
+    def forward(signum, frame):
+      if passed_on is not None:
+        passed_on.append(signum)
+      _signal(child, signum)
+
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
       dog = StallWatchdog(directory, timeout)
