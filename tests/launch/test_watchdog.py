@@ -173,3 +173,19 @@ def test_every_task_is_profiled_and_the_input_bound_straggler_named(tmp_path):
   # The per-task table (which task is named the straggler depends on timings: not asserted).
   assert re.search(r"^worker:0 +3 +[\d.]+ +[\d.]+ +[\d.]+$", result.stdout, re.M)
   assert re.search(r"^worker:1 +3 +[\d.]+ +[\d.]+ +[\d.]+$", result.stdout, re.M)
+
+
+def test_keep_steps_copies_only_rows_a_task_writes(tmp_path):
+  from tfdist import _step_times as step_times
+  source, kept = tmp_path / "progress", tmp_path / "records"
+  source.mkdir()
+  kept.mkdir()
+  (source / "worker-1.steps").write_text(step_times.to_text(
+      step_times.summarize("worker:1", 7, [0.1] * 7)))
+  (source / "worker-2.steps").write_text('{"task": "worker:3", "steps": 1}')  # Not its own.
+  (source / "worker-0.steps").write_text("{half a li")
+  watchdog.keep_steps(str(source), str(kept))
+  assert sorted(os.listdir(kept)) == ["worker-1.steps"]
+  assert [r.steps for r in step_times.read(str(kept))] == [7]
+  watchdog.keep_steps(str(source), str(tmp_path / "gone"))  # No folder: nothing, no error.
+  assert not (tmp_path / "gone").exists()

@@ -40,7 +40,8 @@ _MAX_RESTARTS = flags.DEFINE_integer(
     "max_restarts", 0, "Restart a failed task this many times in all: every task together "
     "(collectives need all of them), or a parameter-server worker alone. Training resumes "
     "from its BackupAndRestore backup. tf.data service servers restart alone, up to this "
-    "many times too (at least 3).", lower_bound=0)
+    "many times too (at least 3). --slurm: a failed step runs again in the same "
+    "allocation.", lower_bound=0)
 _GRACE_PERIOD = flags.DEFINE_float(
     "grace_period", launch_lib.GRACE_PERIOD_SECONDS, "Seconds a task has between SIGTERM and "
     "SIGKILL when the cluster is stopped, to back up (SLURM's and Kubernetes' default).",
@@ -215,7 +216,7 @@ def _launcher() -> launch_lib.Launcher:
         "slurm", timeout=_TIMEOUT.value, workdir=_WORKDIR.value,
         time_minutes=_TIME_MINUTES.value, template=_SBATCH_TEMPLATE.value,
         extra_directives=_SBATCH_ARGS.value, keras=_KERAS.value,
-        data_work_dir=_DATA_WORK_DIR.value)
+        data_work_dir=_DATA_WORK_DIR.value, max_restarts=_MAX_RESTARTS.value)
   if _RAY.present:
     return launch_lib.make_launcher(
         "ray", address=_RAY.value or None, timeout=_TIMEOUT.value,

@@ -83,7 +83,8 @@ def _watched(command, env, task, stall_timeout, grace_period) -> int:
     # The task dies with this wrapper, as it did when the wrapper replaced itself with it.
     code = watchdog.watch_task(command, env, task, stall_timeout, sys.stdout, grace_period,
                                preexec_fn=supervision.die_with_parent(os.getpid()),
-                               passed_on=passed_on)
+                               passed_on=passed_on,
+                               keep_steps_in=env.get(trains_alone.JOINED_DIR_ENV))
   except OSError as e:
     return _could_not_run(command, e)
   if not passed_on:  # It ended on its own: the launcher may name it as the first to fail.

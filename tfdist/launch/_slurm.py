@@ -136,16 +136,23 @@ def check_names(job_name: str, extra_directives: Sequence[str], *paths: str) -> 
 def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
            job_name: str = "tfdist", time_minutes: int = 60,
            extra_directives: Sequence[str] = (), template: Optional[str] = None,
-           data_workers: int = 0, data_work_dir: Optional[str] = None) -> str:
+           data_workers: int = 0, data_work_dir: Optional[str] = None,
+           max_restarts: int = 0) -> str:
   """The sbatch script text for `command`.
+
+  `max_restarts`: a failed step runs again this many times in all, in the
+  same allocation (no new wait in the queue); the command resumes from its
+  backup.
 
   Raises:
     ValueError: too few tasks, a template field left unfilled, data workers
-      with a template that has no place for them, or a job name, directive or
-      path that would not stay on its line (`check_names`).
+      or restarts with a template that has no place for them, or a job name,
+      directive or path that would not stay on its line (`check_names`).
   """
   if ntasks < 1:
     raise ValueError(f"`ntasks` must be >= 1. Received: {ntasks!r}")
+  if not isinstance(max_restarts, int) or max_restarts < 0:
+    raise ValueError(f"`max_restarts` must be an int >= 0. Received: {max_restarts!r}")
   check_names(job_name, extra_directives, output, data_work_dir)
   with open(template or TEMPLATE) as f:
     text = f.read()
@@ -166,12 +173,18 @@ def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
         data_worker_output=shlex.quote(f"{output}.data_worker_%t"),
         service_env=data_service_lib.SERVICE_ENV,
         job_env=data_service_lib.JOB_ENV, protocol=data_service_lib.PROTOCOL)
+  if max_restarts and "${max_restarts}" not in text:
+    raise ValueError(
+        f"The sbatch template {template or TEMPLATE} has no ${{max_restarts}} field, where "
+        f"a failed step runs again: copy the srun loop of {TEMPLATE}. "
+        f"Received: max_restarts={max_restarts}")
   if ntasks > 1:  # One task is no cluster `tfdist task` knows (`tfdist.cluster._slurm`).
     command = [sys.executable, "-m", "tfdist", "task", "--", *command]
   try:
     return string.Template(text).substitute(
         job_name=job_name, ntasks=ntasks, output=shlex.quote(output), time_minutes=time_minutes,
         num_ps=num_ps, command=net + shlex.join(command), data_service=data_service,
+        max_restarts=max_restarts,
         private_network=string.Template(_PRIVATE_NETWORK).substitute(
             python=shlex.quote(sys.executable), loopback_env=slurm_cluster.LOOPBACK_ENV),
         # srun cannot start more tasks in a step than the job has.
@@ -296,6 +309,9 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
       report(f"{found[0]} failed first, with exit code {found[1]}; SLURM then stopped the "
              f"other tasks, and srun's {code} is theirs. The launch exits {found[1]}")
       code = found[1]
+    summary = watchdog.step_summary(joined_dir)  # The rows the tasks' wrappers kept.
+    if summary:
+      report(summary)
     return trains_alone.job_end(code, joined_dir, env, report)
 
 

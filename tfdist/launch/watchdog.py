@@ -26,6 +26,7 @@ Example:
 """
 
 import dataclasses
+import logging
 import os
 import re
 import shutil
@@ -38,6 +39,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 from tfdist import _step_times as step_times
 from tfdist import progress
 
+logger = logging.getLogger("tfdist")
 # Seconds without a step anywhere before a job is stalled, unless told.
 DEFAULT_STALL_TIMEOUT = 300.0
 STALL_TIMEOUT_ENV = "TFDIST_STALL_TIMEOUT"
@@ -296,9 +298,23 @@ def step_summary(directory: str) -> Optional[str]:
           (f"\n{line}" if line else ""))
 
 
+def keep_steps(directory: str, folder: str) -> None:
+  """Copies the rows of step times in `directory` that read as rows into `folder`, if it exists."""
+  if not os.path.isdir(folder):
+    return
+  for row in step_times.read(directory):
+    path = os.path.join(folder, row.task.replace(":", "-") + step_times.STEPS_SUFFIX)
+    try:
+      with open(path, "w", encoding="utf-8") as f:
+        f.write(step_times.to_text(row))
+    except OSError as error:  # The job's exit code stands; the table lacks a row.
+      logger.warning("tfdist: could not keep %s's step times in %s: %s", row.task, folder, error)
+
+
 def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeout: float,
                output: TextIO, grace_period: float, preexec_fn=None,
-               passed_on: Optional[List[int]] = None) -> int:
+               passed_on: Optional[List[int]] = None,
+               keep_steps_in: Optional[str] = None) -> int:
   """Runs `command` as a child watched alone (`tfdist task` in a pod); its exit code.
 
   Where the launcher cannot see every task (a Kubernetes pod), each task's
@@ -309,6 +325,9 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
   `supervision.die_with_parent`, so that a killed wrapper leaves no task).
   Each signal passed on is appended to `passed_on`, if given: the caller can
   then tell a command that ended on its own from one that was stopped.
+  `keep_steps_in`: a folder the launcher reads at the job's end (`step_summary`),
+  where this task's row of step times goes when the command ends (a SLURM
+  job's records folder, which its nodes share).
   """
   directory = make_directory()
   try:
@@ -335,6 +354,8 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
           if summary:
             output.write(f"tfdist task: {summary}\n")
             output.flush()
+          if keep_steps_in:
+            keep_steps(directory, keep_steps_in)
           return code
         stall = dog.check()
         if stall is None:
