@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from tfdist import _step_times as step_times
 
 
@@ -88,3 +90,13 @@ def test_a_row_no_task_writes_is_skipped_not_raised(tmp_path):
                                                        "steps": "50"}))
   (tmp_path / "worker-9.steps").write_text("[1, 2]")
   assert step_times.read(str(tmp_path)) == [good]
+
+
+def test_a_row_carried_as_text_reads_back_and_a_forged_one_does_not():
+  row = step_times.summarize("worker:1", 9, [0.1] * 9, [0.01] * 9)
+  assert step_times.from_text(step_times.to_text(row)) == row
+  for text in ('{"task": "worker:1", "steps": -1, "step_median": 0.1, "step_p95": 0.1}',
+               '{"task": "../x", "steps": 1, "step_median": 0.1, "step_p95": 0.1}',
+               '["worker:1"]', "not json"):
+    with pytest.raises(ValueError):
+      step_times.from_text(text)

@@ -121,6 +121,15 @@ def _row(fields, stem: str) -> TaskSteps:
   return TaskSteps(**fields)
 
 
+def from_text(text: str) -> TaskSteps:
+  """The row of one `to_text` line (carried from another machine); ValueError if it is none."""
+  fields = json.loads(text)
+  task = fields.get("task") if isinstance(fields, dict) else None
+  if not isinstance(task, str):
+    raise ValueError(f"not a row of step times: {text[:200]!r}")
+  return _row(fields, task.replace(":", "-"))
+
+
 def read(directory: str) -> List[TaskSteps]:
   """Every task's row in `directory`, by task.
 

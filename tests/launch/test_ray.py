@@ -101,6 +101,9 @@ def test_a_chief_a_worker_and_a_ps_train_with_fit_and_a_keras3_script_trains(clu
   assert results["worker:0"]["weights"] == results["worker:1"]["weights"]
   # Both joined: their records came back from their nodes, and the launcher says nothing.
   assert "No two tasks ever joined" not in result.stdout and "trains alone" not in result.stdout
+  # Each task's row of step times came back with its actor: one table at the end.
+  assert re.search(r"^\[tfdist launch\] per task, its training steps:\ntask .*\n"
+                   r"worker:0 +\d+ .*\nworker:1 +\d+ ", result.stdout, re.M), result.stdout[-3000:]
 
 
 @pytest.mark.slow

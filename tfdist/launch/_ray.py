@@ -43,6 +43,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from tfdist import cluster as cluster_lib
 from tfdist.cluster import _data_service as data_service_lib
+from tfdist import _step_times as step_times
 from tfdist.cluster import _elastic as elastic
 from tfdist.launch import _data_servers as data_servers
 from tfdist.launch import _exposure as exposure
@@ -255,12 +256,14 @@ class TaskProcess:
       shutil.rmtree(self._result_folder, ignore_errors=True)
       self._result_folder = None
 
-  def joined(self) -> List[str]:
-    """The task's records of joining a collective (`tfdist.launch._trains_alone`); removed here."""
+  def joined(self) -> Tuple[List[str], List[str]]:
+    """The task's records of joining a collective (`tfdist.launch._trains_alone`), and its rows
+    of step times (`tfdist task` keeps them there), as text; the folder is removed here."""
     if self._joined_folder is None:
-      return []
+      return [], []
     try:
-      return trains_alone.records(self._joined_folder)
+      return (trains_alone.records(self._joined_folder),
+              [step_times.to_text(row) for row in step_times.read(self._joined_folder)])
     finally:
       shutil.rmtree(self._joined_folder, ignore_errors=True)
       self._joined_folder = None
@@ -376,6 +379,17 @@ def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
                        result_file if reports else None)
 
 
+def _rows(texts) -> List[step_times.TaskSteps]:
+  """The rows of step times among `texts`, from another machine: anything else is left out."""
+  rows = []
+  for text in texts if isinstance(texts, list) else []:
+    try:
+      rows.append(step_times.from_text(text))
+    except (TypeError, ValueError, AttributeError):
+      continue
+  return rows
+
+
 def hand_back(get, actor, task: str, code: int, environ: Mapping[str, str], output: TextIO,
               result_file: Optional[str] = None) -> int:
   """After the task exited with `code`: its result and records from its actor; `code` still.
@@ -389,8 +403,12 @@ def hand_back(get, actor, task: str, code: int, environ: Mapping[str, str], outp
       data = get(actor.result.remote())
       if code == 0 and data is not None:
         result_channel.write(result_file, data)
-    if environ.get(trains_alone.JOINED_DIR_ENV):  # For the launcher's end-of-job line.
-      trains_alone.add_records(environ[trains_alone.JOINED_DIR_ENV], get(actor.joined.remote()))
+    folder = environ.get(trains_alone.JOINED_DIR_ENV)
+    if folder:  # For the launcher's end-of-job lines.
+      reply = get(actor.joined.remote())
+      names, rows = reply if isinstance(reply, tuple) and len(reply) == 2 else ([], [])
+      trains_alone.add_records(folder, names)
+      watchdog.keep_rows(_rows(rows), folder)
   except ray.exceptions.RayActorError as e:
     output.write(f"tfdist: {task} exited with code {code}, then its Ray actor was lost before "
                  f"handing back its result and records: {str(e).splitlines()[0]}\n")
@@ -498,6 +516,9 @@ class RayLauncher(launcher_lib.Launcher):
         cluster = _Cluster(command, env, output, self.grace_period, placement,
                            self.data_work_dir)
         code = cluster.run(self.timeout, self.max_restarts)
+        summary = watchdog.step_summary(joined_dir)  # The rows the tasks' actors handed back.
+        if summary:
+          cluster.report(summary)
         return trains_alone.job_end(code, joined_dir, env, cluster.report)
     finally:
       ray.shutdown()  # The placement group, and any actor left in it, go with it.

@@ -300,9 +300,14 @@ def step_summary(directory: str) -> Optional[str]:
 
 def keep_steps(directory: str, folder: str) -> None:
   """Copies the rows of step times in `directory` that read as rows into `folder`, if it exists."""
+  keep_rows(step_times.read(directory), folder)
+
+
+def keep_rows(rows: Sequence[step_times.TaskSteps], folder: str) -> None:
+  """Writes `rows` into `folder` as their tasks write them, for `step_summary`; none if it is gone."""
   if not os.path.isdir(folder):
     return
-  for row in step_times.read(directory):
+  for row in rows:
     path = os.path.join(folder, row.task.replace(":", "-") + step_times.STEPS_SUFFIX)
     try:
       with open(path, "w", encoding="utf-8") as f:
