@@ -8,6 +8,8 @@ test runs a real 2-worker MultiWorkerMirrored cluster under `tfdist launch`.
 """
 
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ import tensorflow as tf
 
 import helpers
 import tfdist
+from tfdist.training import checkpoints
 from tfdist.training import loop as loop_lib
 
 KERASES = helpers.KERASES
@@ -23,10 +26,13 @@ LOCAL_SGD_TRAIN = f"{helpers.SCRIPTS}/local_sgd_train.py"
 
 
 def _compiled(keras, strategy, optimizer=None):
+  """A small model compiled in the strategy's scope; `optimizer`: one, or a function making one there."""
   keras.utils.set_random_seed(0)
-  with strategy.scope():
+  with strategy.scope():  # Keras 3's optimizers belong to the strategy they are made under.
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="tanh"),
                               keras.layers.Dense(1)])
+    if optimizer is not None and not hasattr(optimizer, "apply_gradients"):
+      optimizer = optimizer()
     model.compile(optimizer=optimizer or keras.optimizers.SGD(0.1), loss="mse",
                   metrics=["mae"])
   return model
@@ -130,6 +136,123 @@ def test_what_a_fit_backup_saves_holds_the_outer_state(flavour, tmp_path):
   # An anchor and a momentum for each of the 4 weights; the momenta moved.
   assert len(outer(trained)) == 8 and np.abs(outer(trained)[-1]).max() > 0
   assert _difference(outer(restored), outer(trained)) == 0.0
+
+
+class _Interrupt(tfdist.keras.callbacks.Callback):
+  """Stops fit at the start of `epoch` (an error, as a crash) or SIGTERMs it at `batch`."""
+
+  def __init__(self, epoch, batch=None):
+    super().__init__()
+    self.epoch, self.batch, self.running = epoch, batch, None
+
+  def on_epoch_begin(self, epoch, logs=None):
+    self.running = epoch
+    if epoch == self.epoch and self.batch is None:
+      raise RuntimeError("interrupted")
+
+  def on_train_batch_begin(self, batch, logs=None):
+    if (self.running, batch) == (self.epoch, self.batch):
+      os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _every_copy(strategy, model):
+  """Each replica's copy of the weights and of the inner optimizer's slots, in one list."""
+  variables = model.trainable_variables + [v for v in model.optimizer.variables
+                                           if len(v.shape) and "local_sgd" not in v.name]
+  return np.concatenate([copy.ravel() for v in variables for copy in _copies(strategy, v)])
+
+
+@pytest.mark.parametrize("flavour", KERASES)
+def test_fit_stopped_between_syncs_with_adam_resumes_every_replica_as_it_was(flavour, tmp_path):
+  """A crash and a SIGTERM, both between syncs: each replica's weights and Adam moments come back."""
+  keras = helpers.keras_of(flavour)
+  x, y = helpers.regression_data(96)
+
+  def fit(*interrupt):
+    strategy = tfdist.make_strategy("mirrored")
+    model = tfdist.training.local_sgd(
+        _compiled(keras, strategy, lambda: keras.optimizers.Adam(0.01)), sync_every=4,
+        outer_optimizer="nesterov")
+    callbacks = [checkpoints.backup_and_restore(str(tmp_path), check_every=1, model=model)]
+    # 6 steps an epoch: the epoch's backup (step 6) and SIGTERM's (step 10) fall between syncs.
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=3, verbose=0,
+              callbacks=callbacks + [_Interrupt(*interrupt)] if interrupt else callbacks)
+    return strategy, model
+
+  strategy, straight = fit()
+  with pytest.raises(RuntimeError, match="interrupted"):
+    fit(1)  # A crash at the start of epoch 2: resumed from epoch 1's backup, at step 6.
+  with pytest.raises(SystemExit) as stopped:
+    fit(1, 3)  # SIGTERM in batch 4 of epoch 2: backed up at step 10.
+  assert stopped.value.code == checkpoints.PREEMPTED_EXIT_CODE
+  _, resumed = fit()
+  assert int(resumed.optimizer.iterations.numpy()) == 18
+  assert _replica_spread(strategy, straight) > 1e-4  # 2 steps past the sync at 16.
+  np.testing.assert_allclose(_every_copy(strategy, resumed), _every_copy(strategy, straight),
+                             atol=1e-6)
+
+
+def test_a_loop_resumed_between_syncs_with_momentum_resumes_every_replica_as_it_was(tmp_path):
+  keras, strategy = tfdist.keras, tfdist.make_strategy("mirrored")
+
+  def loop(directory):
+    model = _compiled(keras, strategy, lambda: keras.optimizers.SGD(0.1, momentum=0.9))
+    return model, loop_lib.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
+                                optimizer=model.optimizer, sync_every=3,
+                                checkpoint_dir=str(directory))
+
+  whole, whole_loop = loop(tmp_path / "whole")
+  whole_loop.fit(_data(), epochs=2, verbose=False)  # 8 steps: the last sync at 6.
+  _, first = loop(tmp_path / "resumed")
+  first.fit(_data(), epochs=1, verbose=False)  # 4 steps, saved between syncs.
+  resumed, second = loop(tmp_path / "resumed")
+  second.fit(_data(), epochs=2, verbose=False)
+  assert _replica_spread(strategy, whole) > 1e-4
+  np.testing.assert_allclose(_every_copy(strategy, resumed), _every_copy(strategy, whole),
+                             atol=1e-6)
+
+
+@pytest.mark.parametrize("flavour", KERASES)
+def test_an_outer_optimizer_object_is_diloco_with_that_optimizer(flavour, tmp_path):
+  keras, strategy = helpers.keras_of(flavour), tfdist.make_strategy("mirrored")
+
+  def diloco(outer, sync_every=3):
+    model = _compiled(keras, strategy)
+    with strategy.scope():  # Keras 3's optimizers belong to the strategy they are made under.
+      outer = outer() if callable(outer) else outer
+    return tfdist.training.local_sgd(model, sync_every=sync_every, outer_optimizer=outer,
+                                     outer_learning_rate=0.5, outer_momentum=0.8)
+
+  def trained(outer):
+    model = diloco(outer)
+    model.fit(_data(), epochs=2, verbose=0)  # 8 steps: syncs at 3 and 6.
+    return np.concatenate([copy.ravel() for v in model.trainable_variables
+                           for copy in _copies(strategy, v)])
+
+  # SGD(1) moves the last sync's weights to the replicas' mean: local SGD.
+  np.testing.assert_allclose(trained(lambda: keras.optimizers.SGD(1.0)), trained(None),
+                             atol=1e-6)
+  np.testing.assert_allclose(
+      trained(lambda: keras.optimizers.SGD(0.5, momentum=0.8, nesterov=True)),
+      trained("nesterov"), atol=1e-6)
+  # Its state is in the backup, as the "nesterov" string's is.
+  model = diloco(lambda: keras.optimizers.Adam(0.1), sync_every=2)
+  model.fit(_data(), epochs=1, verbose=0)  # 2 syncs: the outer Adam's moments moved.
+  restored = diloco(lambda: keras.optimizers.Adam(0.1), sync_every=2)
+  if flavour == "keras3":
+    model.save_weights(str(tmp_path / "backup.weights.h5"))
+    restored.load_weights(str(tmp_path / "backup.weights.h5"))
+  else:
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "backup"))
+    tf.train.Checkpoint(model=restored).read(path).assert_consumed()
+  outer = lambda m: [v.numpy() for v in getattr(m, "_tfdist_local_sgd").outer.variables]
+  assert int(outer(model)[0]) == 2  # Its iterations: one a sync.
+  assert np.abs(outer(model)[-1]).max() > 0
+  assert _difference(outer(restored), outer(model)) == 0.0
+  other = helpers.keras_of("tf_keras" if flavour == "keras3" else "keras3")
+  with pytest.raises(ValueError, match=r"`outer_optimizer` must be an optimizer of the model's "
+                                       r"Keras.*Received: .*SGD"):
+    diloco(lambda: other.optimizers.SGD(0.7))
 
 
 def test_refusals_name_the_field_and_the_value():

@@ -132,10 +132,26 @@ def smart_cond(pred, true_fn, false_fn):
 # is removed right after (tensorflow/tensorflow#31070 shows the race it avoids).
 # One helper for tfdist's own saves and for Keras 3's callbacks under tfdist.
 
-def _temp_dir(dirpath: str, strategy) -> str:
+def _task(strategy) -> Tuple[str, int]:
+  """(task type, task id) of this process in `strategy`'s cluster; ("worker", 0) without one."""
   resolver = getattr(strategy, "cluster_resolver", None)
+  task_type = resolver.task_type if resolver is not None and resolver.task_type else "worker"
   task_id = resolver.task_id if resolver is not None and resolver.task_id is not None else 0
-  return os.path.join(dirpath, f"workertemp_{task_id}")
+  return task_type, task_id
+
+
+def _temp_dir(dirpath: str, strategy) -> str:
+  return os.path.join(dirpath, f"workertemp_{_task(strategy)[1]}")
+
+
+def task_dirpath(dirpath: str, strategy) -> str:
+  """A folder in `dirpath` of this task's own (`worker_1`, `chief_0`), kept: what only it holds.
+
+  Unlike `write_dirpath`'s, every task has one, the chief too, named by task
+  type and id (a cluster may have a chief and a worker 0).
+  """
+  task_type, task_id = _task(strategy)
+  return os.path.join(dirpath, f"{task_type}_{task_id}")
 
 
 def write_dirpath(dirpath: str, strategy) -> str:

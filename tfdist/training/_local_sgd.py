@@ -12,18 +12,24 @@ mean of the replicas' weights now) goes to an outer optimizer, SGD with
 Nesterov momentum (the paper's outer learning rate 0.7, momentum 0.9), which
 moves the weights of the last sync; every replica starts again from there.
 
+The outer optimizer may also be a Keras optimizer object of the model's Keras
+(`outer_optimizer=keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True)`),
+which steps the weights of the last sync on the pseudo-gradient.
+
 What each replica keeps for itself, as both methods say: its inner
-optimizer's state (Adam's moments). What every replica holds alike: DiLoCo's
-weights at the last sync and its outer momentum, two more copies of the
-trainable weights. They are variables of the inner optimizer
-(`add_variable_from_reference`), so Keras's `BackupAndRestore` (either
-Keras), tfdist's and the Loop's checkpoints keep them with the optimizer, and
-the optimizer's `iterations` says where the next sync falls: a job resumed
-from a backup written at a sync (e.g. at an epoch's end, when H divides the
-steps per epoch) continues exactly as one never stopped if the inner
-optimizer keeps no state (plain SGD). A backup holds the chief's copy of what
-differs by replica (its weights between syncs, a stateful inner optimizer's
-slots), and every worker resumes from those.
+optimizer's state (Adam's moments), and between syncs its weights. What every
+replica holds alike: DiLoCo's weights at the last sync and its outer state
+(the outer momentum, or the outer optimizer's variables). They are variables
+of the inner optimizer (`add_variable_from_reference`), or an optimizer
+tracked by it, so Keras's `BackupAndRestore` (either Keras), tfdist's and the
+Loop's checkpoints keep them with the optimizer, and the optimizer's
+`iterations` says where the next sync falls. A checkpoint holds one copy of a
+mirrored variable (the first replica's), so each worker also writes its own
+replicas' copies of what differs between them (`save_replicas`) beside the
+backup, in a folder of its own, before the backup; `restore_replicas` puts
+them back after the backup is restored: tfdist's backups (`fit`, either
+Keras) and the Loop's checkpoint do both, and a resumed job ends as one never
+stopped.
 
 With sync_every=1, plain SGD and no outer optimizer, local SGD is ordinary
 synchronous training: the mean of the replicas' steps is the step on the mean
@@ -40,10 +46,13 @@ Example:
 """
 
 import logging
+import os
+import re
 import types
 from typing import Optional
 
 from tfdist import _keras_support as keras_support
+from tfdist.internals import tensorflow as tf_internals
 
 logger = logging.getLogger("tfdist")
 
@@ -53,19 +62,33 @@ OUTER_LEARNING_RATE = 0.7
 OUTER_MOMENTUM = 0.9
 # What `local_sgd` sets on the model: its LocalSGD.
 ATTRIBUTE = "_tfdist_local_sgd"
+# The inner optimizer's attribute holding an outer optimizer object: checkpoints and
+# Keras 3's weights files save what an optimizer tracks.
+OUTER_ATTRIBUTE = "_tfdist_outer_optimizer"
+# Beside a backup: each task's folder of its replicas' own copies, one file per backup.
+REPLICAS_DIR = "local_sgd_replicas"
+_REPLICAS_FILE = re.compile(r"^replicas-(\d+)\.index$")
+
+
+def of(model) -> Optional["LocalSGD"]:
+  """The LocalSGD `local_sgd` gave `model`, or None."""
+  return vars(model).get(ATTRIBUTE)
 
 
 def check_options(sync_every, outer_optimizer, outer_learning_rate=OUTER_LEARNING_RATE,
                   outer_momentum=OUTER_MOMENTUM) -> str:
-  """The outer optimizer's name ("none" or "nesterov"); a ValueError naming a bad field."""
+  """The outer optimizer's kind ("none", "nesterov" or "optimizer", an object); a ValueError naming a bad field."""
   if isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 1:
     raise ValueError("`sync_every` must be an integer >= 1 (local steps between averages). "
                      f"Received: sync_every={sync_every!r}")
+  if not isinstance(outer_optimizer, (str, type(None))) and \
+      hasattr(outer_optimizer, "apply_gradients"):
+    return "optimizer"  # Its own learning rate and momentum; checked against the model's Keras.
   name = "none" if outer_optimizer is None else outer_optimizer
   if name not in OUTER_OPTIMIZERS:
-    raise ValueError(f"`outer_optimizer` must be one of {list(OUTER_OPTIMIZERS)} or None "
-                     "(nesterov: DiLoCo's outer SGD with Nesterov momentum). Received: "
-                     f"outer_optimizer={outer_optimizer!r}")
+    raise ValueError(f"`outer_optimizer` must be one of {list(OUTER_OPTIMIZERS)}, None or a "
+                     "Keras optimizer (nesterov: DiLoCo's outer SGD with Nesterov momentum). "
+                     f"Received: outer_optimizer={outer_optimizer!r}")
   if not outer_learning_rate > 0:
     raise ValueError("`outer_learning_rate` must be > 0 (DiLoCo's is 0.7). Received: "
                      f"outer_learning_rate={outer_learning_rate!r}")
@@ -95,19 +118,29 @@ class LocalSGD:
 
   Made in the strategy's scope, after the optimizer exists. `apply_local`
   runs in a replica (inside a step); `steps_done` after steps, outside any
-  `tf.function`, averages when a sync is due.
+  `tf.function`, averages when a sync is due. A backup of the model resumes
+  every replica as it was with `save_replicas` before it is written and
+  `restore_replicas` after it is restored.
 
   Args:
     strategy: a mirrored or multi-worker mirrored strategy.
     variables: the trainable variables, as the optimizer is given them.
     optimizer: the inner optimizer (either Keras); not a LossScaleOptimizer.
     sync_every: local steps between averages (H).
-    outer_optimizer: "none" (local SGD: average the weights) or "nesterov" (DiLoCo).
-    outer_learning_rate, outer_momentum: DiLoCo's outer SGD.
+    outer_optimizer: "none" (local SGD: average the weights), "nesterov"
+      (DiLoCo), or a new Keras optimizer of the model's Keras, made in the
+      strategy's scope (DiLoCo with that outer optimizer).
+    outer_learning_rate, outer_momentum: the "nesterov" outer SGD's.
+
+  Example:
+
+      >>> state = LocalSGD(strategy, model.trainable_variables, optimizer, sync_every=8)
+      >>> # in your train_step: state.apply_local(grads, model.trainable_variables)
+      >>> # after each step, outside tf.function: state.steps_done()
   """
 
   def __init__(self, strategy, variables, optimizer, *, sync_every: int,
-               outer_optimizer: Optional[str] = None,
+               outer_optimizer=None,
                outer_learning_rate: float = OUTER_LEARNING_RATE,
                outer_momentum: float = OUTER_MOMENTUM):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -123,37 +156,77 @@ class LocalSGD:
     self.sync_every = sync_every
     self.outer_learning_rate, self.outer_momentum = outer_learning_rate, outer_momentum
     self._keras3 = keras_support.is_keras3_model(optimizer)
+    # The outer optimizer object, if one was given.
+    self.outer = outer_optimizer if self.outer_optimizer == "optimizer" else None
+    if self.outer is not None:
+      self._check_outer()
     self._variables = list(variables)
     # The TF variables behind Keras 3's (whose own wrap them).
-    self._tf_variables = [getattr(v, "value", v) if self._keras3 else v
-                          for v in self._variables]
+    self._tf_variables = [self._tf(v) for v in self._variables]
     with strategy.scope():
       if not getattr(optimizer, "built", False):  # tf_keras's build runs once itself.
         optimizer.build(self._variables)  # Its own variables first, in their order.
       if self._keras3:
-        from tfdist.internals import keras as keras_internals  # pylint: disable=g-import-not-at-top
-        if not keras_internals.enable_local_updates(optimizer):
-          raise ValueError(
-              "Local SGD under Keras 3 turns its optimizer's all-reduce off, which needs a "
-              f"tested Keras ({keras_internals.unsupported_reason(patch='local_updates')}): "
-              "use tf_keras or a tested Keras 3. Received: "
-              f"Keras {keras_internals.keras_version()}")
-      self._anchors, self._momenta = [], []
-      if self.outer_optimizer == "nesterov":
-        for v in self._variables:
-          self._anchors.append(self._add_like(v, "local_sgd_anchor"))
-          self._momenta.append(self._add_like(v, "local_sgd_momentum"))
+        self._enable_local_updates(optimizer)
+      self._anchors, self._momenta, outer_variables = [], [], []
+      if self.outer_optimizer != "none":
+        for v in self._variables:  # As the optimizers take them (Keras 3's own variables).
+          outer_variables.append(self._add_like(v, "local_sgd_anchor"))
+          if self.outer is None:
+            self._momenta.append(self._tf(self._add_like(v, "local_sgd_momentum")))
+        self._anchors = [self._tf(a) for a in outer_variables]
         for anchor, v in zip(self._anchors, self._tf_variables):
           anchor.assign(v)  # The weights now, the same on every replica.
+      if self.outer is not None:
+        self._build_outer(outer_variables)
+    self._outer_variables = outer_variables
     self._synced = None  # The optimizer's iterations at the last sync seen (a host copy).
     self.local_logs = False  # Whether fit's step logs this replica's own metrics.
     self._sync = tf.function(lambda: self._sync_all())  # One function per instance.
     self.syncs = 0
 
+  def _tf(self, variable):
+    return getattr(variable, "value", variable) if self._keras3 else variable
+
+  def _enable_local_updates(self, optimizer):
+    from tfdist.internals import keras as keras_internals  # pylint: disable=g-import-not-at-top
+    if not keras_internals.enable_local_updates(optimizer):
+      raise ValueError(
+          "Local SGD under Keras 3 turns its optimizers' all-reduce off, which needs a "
+          f"tested Keras ({keras_internals.unsupported_reason(patch='local_updates')}): "
+          "use tf_keras or a tested Keras 3. Received: "
+          f"Keras {keras_internals.keras_version()}")
+
+  def _check_outer(self):
+    outer = self.outer
+    model_keras, outer_keras = (("Keras 3" if keras3 else "tf_keras")
+                                for keras3 in (self._keras3, keras_support.is_keras3_model(outer)))
+    if model_keras != outer_keras or outer is self.optimizer or hasattr(outer, "inner_optimizer"):
+      raise ValueError(
+          f"`outer_optimizer` must be an optimizer of the model's Keras ({model_keras}), new, "
+          "and not the inner one nor a LossScaleOptimizer: make one with that Keras's "
+          f"keras.optimizers in the strategy's scope. Received: {outer_keras} "
+          f"{type(outer).__name__}")
+
+  def _build_outer(self, anchors):
+    """Builds the outer optimizer on the anchors; the inner one tracks it (so backups keep it)."""
+    try:
+      self.outer.build(anchors)
+    except RuntimeError as error:  # Keras 3's keeps the strategy it was made under.
+      if "Mixing different tf.distribute.Strategy" not in str(error):
+        raise
+      raise ValueError(
+          "`outer_optimizer` was made outside the strategy's scope, and Keras 3's optimizers "
+          "keep the strategy they are made under: make it inside `with strategy.scope():`. "
+          f"Received: {type(self.outer).__name__} made under another strategy") from None
+    if self._keras3:
+      self._enable_local_updates(self.outer)
+    setattr(self.optimizer, OUTER_ATTRIBUTE, self.outer)
+
   def _add_like(self, variable, name):
     """An optimizer variable shaped as `variable`: saved and restored with the optimizer."""
     if self._keras3:
-      return self.optimizer.add_variable_from_reference(variable, name=name).value
+      return self.optimizer.add_variable_from_reference(variable, name=name)
     return self.optimizer.add_variable_from_reference(variable, name)
 
   def apply_local(self, grads, variables) -> None:
@@ -172,10 +245,13 @@ class LocalSGD:
       return g * tf.cast(replicas, g.dtype)
 
     pairs = [(scaled(g), v) for g, v in zip(grads, variables) if g is not None]
+    self._apply(self.optimizer, pairs)
+
+  def _apply(self, optimizer, pairs):
     if self._keras3:  # All-reduce turned off on this optimizer (enable_local_updates).
-      self.optimizer.apply_gradients(pairs)
+      optimizer.apply_gradients(pairs)
     else:
-      self.optimizer.apply_gradients(pairs, skip_gradients_aggregation=True)
+      optimizer.apply_gradients(pairs, skip_gradients_aggregation=True)
 
   def steps_to_sync(self) -> int:
     """Steps left before the next sync (1 to sync_every), from the optimizer's iterations."""
@@ -190,12 +266,21 @@ class LocalSGD:
     done = int(self.optimizer.iterations.numpy())
     self._synced = done - done % self.sync_every
 
-  def steps_done(self) -> bool:
-    """After steps: averages if a sync point was reached since the last; whether it did."""
-    if self._synced is None:
-      self.begin()
+  def steps_done(self, since: Optional[int] = None) -> bool:
+    """After steps: averages if a sync point was reached; whether it did.
+
+    `since`: the optimizer's iterations before those steps (then a sync is
+    due if they crossed a multiple of `sync_every`); None: since the last
+    sync seen (`begin`).
+    """
     done = int(self.optimizer.iterations.numpy())
-    if done - self._synced < self.sync_every:
+    if since is None:
+      if self._synced is None:
+        self.begin()
+      due = done - self._synced >= self.sync_every
+    else:
+      due = done // self.sync_every > since // self.sync_every
+    if not due:
       return False
     self.sync()
     self._synced = done - done % self.sync_every
@@ -209,15 +294,25 @@ class LocalSGD:
   def _sync_all(self):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     strategy, variables = self.strategy, self._tf_variables
+    update = strategy.extended.update
+    assign = lambda variable, value: variable.assign(value)
 
     def replica_means():
       # In a replica a mirrored variable reads its own copy.
       return tf.distribute.get_replica_context().all_reduce(
           tf.distribute.ReduceOp.MEAN, [v.read_value() for v in variables])
 
+    if self.outer is not None:
+      def outer_step():
+        # The pseudo-gradient, the same on every replica: each applies it to its own copy.
+        grads = [a.read_value() - m for a, m in zip(self._anchors, replica_means())]
+        self._apply(self.outer, list(zip(grads, self._outer_variables)))
+
+      strategy.run(outer_step)
+      for v, anchor in zip(variables, self._anchors):
+        update(v, assign, args=(anchor,), group=False)
+      return
     means = strategy.run(replica_means)
-    update = strategy.extended.update
-    assign = lambda variable, value: variable.assign(value)
     if self.outer_optimizer == "none":
       for v, mean in zip(variables, means):
         update(v, assign, args=(mean,), group=False)
@@ -231,8 +326,71 @@ class LocalSGD:
              args=(mean, momentum), group=False)
       update(v, assign, args=(anchor,), group=False)
 
+  # --- each replica's own copies, beside a backup -----------------------------
 
-def local_sgd(model, sync_every: int, *, outer_optimizer: Optional[str] = None,
+  def _replica_checkpoint(self):
+    """A checkpoint of this task's replicas' copies of what differs between them.
+
+    The weights and the inner optimizer's variables (its slots), one list per
+    local replica; not the outer state, which every replica holds alike.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    alike = {id(v) for v in self._anchors + self._momenta}
+    variables = self._tf_variables + [
+        v for v in (self._tf(o) for o in self.optimizer.variables) if id(v) not in alike]
+    copies = [self.strategy.experimental_local_results(v) for v in variables]
+    return tf.train.Checkpoint(replicas=[list(c) for c in zip(*copies)])
+
+  def _replicas_dir(self, directory: str) -> str:
+    return tf_internals.task_dirpath(os.path.join(directory, REPLICAS_DIR), self.strategy)
+
+  def save_replicas(self, directory: str) -> None:
+    """Writes this task's replicas' own weights and inner optimizer state beside a backup.
+
+    Call it on every worker just before the backup in `directory` is written:
+    a file named by the optimizer's iterations, in a folder of this task's
+    own; the two newest are kept, so the one matching the last complete
+    backup survives an interruption while the next is written.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    folder = self._replicas_dir(directory)
+    tf.io.gfile.makedirs(folder)
+    iterations = int(self.optimizer.iterations.numpy())
+    self._replica_checkpoint().write(os.path.join(folder, f"replicas-{iterations}"))
+    saved = sorted(int(m.group(1)) for m in map(_REPLICAS_FILE.match, tf.io.gfile.listdir(folder))
+                   if m)
+    for old in saved[:-2]:
+      for name in tf.io.gfile.glob(os.path.join(folder, f"replicas-{old}.*")):
+        tf.io.gfile.remove(name)
+
+  def restore_replicas(self, directory: str) -> bool:
+    """After a backup in `directory` was restored: each replica's own copies, as saved with it.
+
+    Whether they were found; if not (a backup written without them), every
+    replica goes on from the first replica's copies, which the backup holds,
+    and a warning says so.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    iterations = int(self.optimizer.iterations.numpy())
+    path = os.path.join(self._replicas_dir(directory), f"replicas-{iterations}")
+    if not tf.io.gfile.exists(path + ".index"):
+      logger.warning("Local SGD: no copy of this task's replicas at step %d in %s: every "
+                     "replica resumes from the first replica's weights and optimizer state",
+                     iterations, os.path.dirname(path))
+      return False
+    self._replica_checkpoint().read(path).assert_consumed()
+    self.begin()  # The sync point, from the restored iterations.
+    return True
+
+  def remove_replicas(self, directory: str) -> None:
+    """Removes this task's copies beside a backup (when the backup is deleted)."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    folder = self._replicas_dir(directory)
+    if tf.io.gfile.exists(folder):
+      tf.io.gfile.rmtree(folder)
+
+
+def local_sgd(model, sync_every: int, *, outer_optimizer=None,
               outer_learning_rate: float = OUTER_LEARNING_RATE,
               outer_momentum: float = OUTER_MOMENTUM):
   """Makes `model.fit` train each replica alone and average every `sync_every` steps.
@@ -243,17 +401,24 @@ def local_sgd(model, sync_every: int, *, outer_optimizer: Optional[str] = None,
   (whose state stays its own); every `sync_every` steps the replicas'
   weights are averaged (`outer_optimizer=None`, local SGD), or their mean
   change since the last sync is applied by DiLoCo's outer SGD with Nesterov
-  momentum (`"nesterov"`). The sync counts the optimizer's `iterations`, so
-  it survives a backup and a restart. Under multi-worker MWMS a tf_keras
-  model's logged loss and metrics are each worker's own (its running means:
-  reading them across workers would take four collectives a step); under
-  mirrored, and for Keras 3, they are the replicas' mean, as usual.
+  momentum (`"nesterov"`), or by the Keras optimizer given. The sync counts
+  the optimizer's `iterations`, so it survives a backup and a restart; with
+  tfdist's backup (`tfdist.training.checkpoints.backup_and_restore`) every
+  replica resumes with its own weights and optimizer state. Under
+  multi-worker MWMS a tf_keras model's logged loss and metrics are each
+  worker's own (its running means: reading them across workers would take
+  four collectives a step); under mirrored, and for Keras 3, they are the
+  replicas' mean, as usual.
 
   Args:
     model: a compiled Keras model (either Keras) with Keras's own `train_step`.
     sync_every: local steps between averages (H >= 1).
-    outer_optimizer: None or "none" (local SGD), or "nesterov" (DiLoCo).
-    outer_learning_rate, outer_momentum: DiLoCo's outer SGD (0.7, 0.9).
+    outer_optimizer: None or "none" (local SGD), "nesterov" (DiLoCo), or a
+      new Keras optimizer of the model's Keras made in the strategy's scope,
+      e.g. `keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True)` (DiLoCo
+      with that outer optimizer; its state is saved with the model's
+      optimizer).
+    outer_learning_rate, outer_momentum: the "nesterov" outer SGD's (0.7, 0.9).
 
   Returns:
     `model`.
@@ -261,13 +426,17 @@ def local_sgd(model, sync_every: int, *, outer_optimizer: Optional[str] = None,
   Raises:
     ValueError: a bad option; a strategy without one copy of the weights per
       replica (one device, central storage, parameter servers); an
-      uncompiled model; gradient accumulation or a LossScaleOptimizer.
+      uncompiled model; gradient accumulation or a LossScaleOptimizer; an
+      outer optimizer of the other Keras.
     TypeError: the model has a `train_step` of its own.
 
   Example:
 
       >>> model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
       >>> tfdist.training.local_sgd(model, sync_every=4).fit(dataset, epochs=2)
+      >>> with strategy.scope():
+      ...   outer = keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True)
+      >>> tfdist.training.local_sgd(other_model, sync_every=16, outer_optimizer=outer)
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tfdist.internals import keras as keras_internals  # pylint: disable=g-import-not-at-top
@@ -307,16 +476,18 @@ def local_sgd(model, sync_every: int, *, outer_optimizer: Optional[str] = None,
 
 
 def _make_train_function(self, force=False):
-  """Keras's own, then the sync after every call of the function it made."""
+  """Keras's own, then the sync after every call of the function it made that reached one."""
   type(self).make_train_function(self, force=force)
   function = self.train_function
   state = getattr(self, ATTRIBUTE)
-  state.begin()  # Keras calls this as each fit starts.
   if not getattr(function, "_tfdist_syncs", False):
 
     def train_function(*args, **kwargs):
+      # Counted from the iterations before the call: Keras makes this function before
+      # on_train_begin restores a backup, and a resumed job syncs where it would have.
+      since = int(state.optimizer.iterations.numpy())
       logs = function(*args, **kwargs)
-      state.steps_done()
+      state.steps_done(since)
       return logs
 
     train_function._tfdist_syncs = True  # pylint: disable=protected-access

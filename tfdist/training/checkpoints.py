@@ -35,6 +35,7 @@ from tfdist.data import replay
 from tfdist.internals import keras as keras_internals
 from tfdist.internals import tensorflow as tf_internals
 from tfdist.internals import tf_keras as tf_keras_internals
+from tfdist.training import _local_sgd as local_sgd
 from tfdist.training import preemption
 
 logger = logging.getLogger("tfdist")
@@ -237,6 +238,7 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
     if epoch >= 0:
       logger.info("BackupAndRestore: resuming after epoch %d, batch %d (from %s)",
                   epoch + 1, batch + 1, self.backup_dir)
+      _restore_replicas(self.model, self.backup_dir)
     if not self._pss:  # Under parameter servers steps are at-least-once anyway.
       dataset = tf_keras_internals.enable_input_replay(replay.read_past)
       if dataset is not None:
@@ -270,7 +272,7 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
     self._reset_checks()
 
   def on_epoch_end(self, epoch, logs=None):
-    tf_keras_internals.back_up(self, epoch)
+    self._back_up(epoch)
     if self._pss:
       if self._terminated:
         self._exit_after_backup("its last batch", backed_up=True)
@@ -281,6 +283,12 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
     self._restore_handler()
     tf_keras_internals.disable_input_replay()
     super().on_train_end(logs)
+    if local_sgd.of(self.model) is not None:  # Keras deletes its own backup only.
+      local_sgd.of(self.model).remove_replicas(self.backup_dir)
+
+  def _back_up(self, epoch: int, batch: Optional[int] = None) -> None:
+    _save_replicas(self.model, self.backup_dir)  # Before the backup: see LocalSGD.save_replicas.
+    tf_keras_internals.back_up(self, epoch, batch)
 
   def _exit_after_backup(self, where: str, *, batch: Optional[int] = None,
                          backed_up: bool = False) -> None:
@@ -293,7 +301,7 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
         tf_keras_internals.set_saved_epoch(self, epoch - 1)
         tf_keras_internals.back_up(self, epoch - 1)
     elif not backed_up:
-      tf_keras_internals.back_up(self, epoch, batch)
+      self._back_up(epoch, batch)
     self._restore_handler()
     logger.info("BackupAndRestore: SIGTERM: backed up epoch %d after %s to %s; exiting with "
                 "code %d. Run the same job again to resume.", epoch + 1, where, self.backup_dir,
@@ -302,6 +310,19 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
 
 
 _TF_KERAS_FIT_CODE = inspect.unwrap(tf_keras.Model.fit).__code__
+
+
+# Local SGD: a backup holds one replica's copy of each variable; every task keeps its
+# replicas' own weights and optimizer state beside it (tfdist.training.local_sgd).
+
+def _save_replicas(model, backup_dir: str) -> None:
+  if local_sgd.of(model) is not None:
+    local_sgd.of(model).save_replicas(backup_dir)
+
+
+def _restore_replicas(model, backup_dir: str) -> None:
+  if local_sgd.of(model) is not None:
+    local_sgd.of(model).restore_replicas(backup_dir)
 
 
 def _inside(frame, code) -> bool:
@@ -378,7 +399,10 @@ def _keras3_backup_class():
       folders.makedirs(self.backup_dir)  # Its user's only: a backup is restored as found.
       super().on_train_begin(logs)
       start = keras_internals.initial_epoch(self.model)  # Keras 3 sets it on restore.
-      replay.read_on_keras3_fit(self, start, keras_internals.saved_batch(self))
+      batch = keras_internals.saved_batch(self)
+      if start > 0 or batch >= 0:  # A backup was restored.
+        _restore_replicas(self.model, self.backup_dir)
+      replay.read_on_keras3_fit(self, start, batch)
       self._start_checks()
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -411,6 +435,7 @@ def _keras3_backup_class():
       raise SystemExit(PREEMPTED_EXIT_CODE)
 
     def _save_model(self):  # Keras 3's own hook: the one place it writes a backup.
+      _save_replicas(self.model, self.backup_dir)  # Before it: see LocalSGD.save_replicas.
       # Made by the helper: Keras's own check-then-create races with the other
       # workers' folders inside it.
       with tf_internals.chief_dir(self.backup_dir, self.model.distribute_strategy) as write_dir:

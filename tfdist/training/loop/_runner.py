@@ -115,9 +115,13 @@ class Loop:
       replica applies its own gradients and the replicas average their
       weights every this many steps (`tfdist.training.local_sgd`); None:
       every step is synchronous.
-    outer_optimizer: with `sync_every`, None (local SGD) or "nesterov"
+    outer_optimizer: with `sync_every`, None (local SGD), "nesterov"
       (DiLoCo: the mean change since the last sync applied by SGD with
-      Nesterov momentum), with `outer_learning_rate` and `outer_momentum`.
+      Nesterov momentum, with `outer_learning_rate` and `outer_momentum`),
+      or a new Keras optimizer of the model's Keras made in the strategy's
+      scope (DiLoCo with it). The checkpoint keeps the outer state, and each
+      task writes its replicas' own weights and optimizer state beside it, so
+      a resumed loop goes on exactly.
   """
 
   # Whether the runner's steps call `_check_sigterm` (the parameter-server
@@ -139,7 +143,7 @@ class Loop:
                checkpoint_dir: Optional[str] = None, checkpoint_every: Optional[int] = None,
                checkpointed: Optional[Mapping[str, object]] = None,
                accumulate_steps: int = 1, sync_every: Optional[int] = None,
-               outer_optimizer: Optional[str] = None,
+               outer_optimizer=None,
                outer_learning_rate: float = local_sgd_lib.OUTER_LEARNING_RATE,
                outer_momentum: float = local_sgd_lib.OUTER_MOMENTUM):
     if step_fn is None and (loss is None or optimizer is None):
@@ -215,6 +219,8 @@ class Loop:
       self._manager = tf.train.CheckpointManager(self._checkpoint, checkpoint_dir, max_to_keep=1)
       if self._manager.latest_checkpoint:
         self._checkpoint.restore(self._manager.latest_checkpoint).expect_partial()
+        if self.local_sgd is not None:  # Each replica's own weights and optimizer state.
+          self.local_sgd.restore_replicas(checkpoint_dir)
 
   # --- what a runner gives ---------------------------------------------------
 
@@ -458,6 +464,8 @@ class Loop:
     # Every worker saves (a save may read values across workers); only the
     # chief's copy stays (TF's rule, as in tfdist.training.checkpoints).
     folders.makedirs(self._checkpoint_dir)  # Its user's only: restored as found.
+    if self.local_sgd is not None:  # The checkpoint holds one replica's copies: each task's own.
+      self.local_sgd.save_replicas(self._checkpoint_dir)
     with tf_internals.chief_dir(self._checkpoint_dir, self.strategy) as write_dir:
       if write_dir == self._checkpoint_dir:
         self._manager.save(checkpoint_number=int(self.step.numpy()))
