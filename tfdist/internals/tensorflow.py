@@ -145,13 +145,13 @@ def _temp_dir(dirpath: str, strategy) -> str:
 
 
 def task_dirpath(dirpath: str, strategy) -> str:
-  """A folder in `dirpath` of this task's own (`worker_1`, `chief_0`), kept: what only it holds.
+  """A folder in `dirpath` of this task's own (`worker-1`, `chief-0`), kept: what only it holds.
 
   Unlike `write_dirpath`'s, every task has one, the chief too, named by task
   type and id (a cluster may have a chief and a worker 0).
   """
   task_type, task_id = _task(strategy)
-  return os.path.join(dirpath, f"{task_type}_{task_id}")
+  return os.path.join(dirpath, f"{task_type}-{task_id}")
 
 
 def write_dirpath(dirpath: str, strategy) -> str:

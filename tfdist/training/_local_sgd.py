@@ -46,13 +46,11 @@ Example:
 """
 
 import logging
-import os
-import re
 import types
 from typing import Optional
 
 from tfdist import _keras_support as keras_support
-from tfdist.internals import tensorflow as tf_internals
+from tfdist.training import _replica_copies as replica_copies
 
 logger = logging.getLogger("tfdist")
 
@@ -65,9 +63,6 @@ ATTRIBUTE = "_tfdist_local_sgd"
 # The inner optimizer's attribute holding an outer optimizer object: checkpoints and
 # Keras 3's weights files save what an optimizer tracks.
 OUTER_ATTRIBUTE = "_tfdist_outer_optimizer"
-# Beside a backup: each task's folder of its replicas' own copies, one file per backup.
-REPLICAS_DIR = "local_sgd_replicas"
-_REPLICAS_FILE = re.compile(r"^replicas-(\d+)\.index$")
 
 
 def of(model) -> Optional["LocalSGD"]:
@@ -326,42 +321,24 @@ class LocalSGD:
              args=(mean, momentum), group=False)
       update(v, assign, args=(anchor,), group=False)
 
-  # --- each replica's own copies, beside a backup -----------------------------
+  # --- each replica's own copies, beside a backup (tfdist.training._replica_copies) ---
 
-  def _replica_checkpoint(self):
-    """A checkpoint of this task's replicas' copies of what differs between them.
+  def _differing(self) -> list:
+    """What differs between replicas: the weights and the inner optimizer's variables.
 
-    The weights and the inner optimizer's variables (its slots), one list per
-    local replica; not the outer state, which every replica holds alike.
+    Not the outer state, which every replica holds alike.
     """
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     alike = {id(v) for v in self._anchors + self._momenta}
-    variables = self._tf_variables + [
-        v for v in (self._tf(o) for o in self.optimizer.variables) if id(v) not in alike]
-    copies = [self.strategy.experimental_local_results(v) for v in variables]
-    return tf.train.Checkpoint(replicas=[list(c) for c in zip(*copies)])
-
-  def _replicas_dir(self, directory: str) -> str:
-    return tf_internals.task_dirpath(os.path.join(directory, REPLICAS_DIR), self.strategy)
+    return self._tf_variables + [v for v in (self._tf(o) for o in self.optimizer.variables)
+                                 if id(v) not in alike]
 
   def save_replicas(self, directory: str) -> None:
     """Writes this task's replicas' own weights and inner optimizer state beside a backup.
 
-    Call it on every worker just before the backup in `directory` is written:
-    a file named by the optimizer's iterations, in a folder of this task's
-    own; the two newest are kept, so the one matching the last complete
-    backup survives an interruption while the next is written.
+    Call it on every worker just before the backup in `directory` is written.
     """
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    folder = self._replicas_dir(directory)
-    tf.io.gfile.makedirs(folder)
-    iterations = int(self.optimizer.iterations.numpy())
-    self._replica_checkpoint().write(os.path.join(folder, f"replicas-{iterations}"))
-    saved = sorted(int(m.group(1)) for m in map(_REPLICAS_FILE.match, tf.io.gfile.listdir(folder))
-                   if m)
-    for old in saved[:-2]:
-      for name in tf.io.gfile.glob(os.path.join(folder, f"replicas-{old}.*")):
-        tf.io.gfile.remove(name)
+    replica_copies.write(self.strategy, self._differing(), directory,
+                         int(self.optimizer.iterations.numpy()))
 
   def restore_replicas(self, directory: str) -> bool:
     """After a backup in `directory` was restored: each replica's own copies, as saved with it.
@@ -370,24 +347,14 @@ class LocalSGD:
     replica goes on from the first replica's copies, which the backup holds,
     and a warning says so.
     """
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    iterations = int(self.optimizer.iterations.numpy())
-    path = os.path.join(self._replicas_dir(directory), f"replicas-{iterations}")
-    if not tf.io.gfile.exists(path + ".index"):
-      logger.warning("Local SGD: no copy of this task's replicas at step %d in %s: every "
-                     "replica resumes from the first replica's weights and optimizer state",
-                     iterations, os.path.dirname(path))
-      return False
-    self._replica_checkpoint().read(path).assert_consumed()
+    found = replica_copies.read(self.strategy, self._differing(), directory,
+                                int(self.optimizer.iterations.numpy()))
     self.begin()  # The sync point, from the restored iterations.
-    return True
+    return found
 
   def remove_replicas(self, directory: str) -> None:
     """Removes this task's copies beside a backup (when the backup is deleted)."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    folder = self._replicas_dir(directory)
-    if tf.io.gfile.exists(folder):
-      tf.io.gfile.rmtree(folder)
+    replica_copies.remove(self.strategy, directory)
 
 
 def local_sgd(model, sync_every: int, *, outer_optimizer=None,
