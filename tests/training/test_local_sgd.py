@@ -250,6 +250,13 @@ def test_an_outer_optimizer_object_is_diloco_with_that_optimizer(flavour, tmp_pa
   with pytest.raises(ValueError, match=r"`outer_optimizer` must be an optimizer of the model's "
                                        r"Keras.*Received: .*SGD"):
     diloco(lambda: other.optimizers.SGD(0.7))
+  outside = keras.optimizers.SGD(0.7)  # Made outside the scope: Keras 3's iterations not mirrored.
+  if flavour == "keras3":
+    with pytest.raises(ValueError, match=r"must be made in the strategy's scope under Keras 3.*"
+                                         r"Received: SGD made outside it"):
+      diloco(outside)
+  else:
+    diloco(outside)  # tf_keras's updates its iterations across replicas, made anywhere.
 
 
 def test_refusals_name_the_field_and_the_value():

@@ -123,8 +123,8 @@ class LocalSGD:
     optimizer: the inner optimizer (either Keras); not a LossScaleOptimizer.
     sync_every: local steps between averages (H).
     outer_optimizer: "none" (local SGD: average the weights), "nesterov"
-      (DiLoCo), or a new Keras optimizer of the model's Keras, made in the
-      strategy's scope (DiLoCo with that outer optimizer).
+      (DiLoCo), or a new Keras optimizer of the model's Keras (DiLoCo with
+      that outer optimizer; Keras 3's made in the strategy's scope).
     outer_learning_rate, outer_momentum: the "nesterov" outer SGD's.
 
   Example:
@@ -202,18 +202,19 @@ class LocalSGD:
           "and not the inner one nor a LossScaleOptimizer: make one with that Keras's "
           f"keras.optimizers in the strategy's scope. Received: {outer_keras} "
           f"{type(outer).__name__}")
+    # Keras 3 makes an optimizer's iterations (and learning rate) when the optimizer is
+    # made: outside the scope they are not mirrored. tf_keras's steps update them in
+    # cross-replica context, which works either way.
+    if self._keras3 and not self.strategy.extended.variable_created_in_scope(
+        self._tf(outer.iterations)):
+      raise ValueError(
+          "`outer_optimizer` must be made in the strategy's scope under Keras 3 (its variables "
+          "are made with it, and outside the scope they are not mirrored): make it inside "
+          f"`with strategy.scope():`. Received: {type(outer).__name__} made outside it")
 
   def _build_outer(self, anchors):
     """Builds the outer optimizer on the anchors; the inner one tracks it (so backups keep it)."""
-    try:
-      self.outer.build(anchors)
-    except RuntimeError as error:  # Keras 3's keeps the strategy it was made under.
-      if "Mixing different tf.distribute.Strategy" not in str(error):
-        raise
-      raise ValueError(
-          "`outer_optimizer` was made outside the strategy's scope, and Keras 3's optimizers "
-          "keep the strategy they are made under: make it inside `with strategy.scope():`. "
-          f"Received: {type(self.outer).__name__} made under another strategy") from None
+    self.outer.build(anchors)
     if self._keras3:
       self._enable_local_updates(self.outer)
     setattr(self.optimizer, OUTER_ATTRIBUTE, self.outer)
@@ -381,10 +382,10 @@ def local_sgd(model, sync_every: int, *, outer_optimizer=None,
     model: a compiled Keras model (either Keras) with Keras's own `train_step`.
     sync_every: local steps between averages (H >= 1).
     outer_optimizer: None or "none" (local SGD), "nesterov" (DiLoCo), or a
-      new Keras optimizer of the model's Keras made in the strategy's scope,
-      e.g. `keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True)` (DiLoCo
-      with that outer optimizer; its state is saved with the model's
-      optimizer).
+      new Keras optimizer of the model's Keras, e.g.
+      `keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True)` (DiLoCo with
+      that outer optimizer; its state is saved with the model's optimizer).
+      A Keras 3 optimizer must be made in the strategy's scope.
     outer_learning_rate, outer_momentum: the "nesterov" outer SGD's (0.7, 0.9).
 
   Returns:
@@ -394,7 +395,8 @@ def local_sgd(model, sync_every: int, *, outer_optimizer=None,
     ValueError: a bad option; a strategy without one copy of the weights per
       replica (one device, central storage, parameter servers); an
       uncompiled model; gradient accumulation or a LossScaleOptimizer; an
-      outer optimizer of the other Keras.
+      outer optimizer of the other Keras, or a Keras 3 one made outside the
+      strategy's scope.
     TypeError: the model has a `train_step` of its own.
 
   Example:
