@@ -190,6 +190,8 @@ def test_fit_stopped_between_syncs_with_adam_resumes_every_replica_as_it_was(fla
   assert _replica_spread(strategy, straight) > 1e-4  # 2 steps past the sync at 16.
   np.testing.assert_allclose(_every_copy(strategy, resumed), _every_copy(strategy, straight),
                              atol=1e-6)
+  # Gone with the backup when fit ends.
+  assert not (tmp_path / "backup" / "local_sgd_replicas" / "worker-0").exists()
 
 
 def test_a_loop_resumed_between_syncs_with_momentum_resumes_every_replica_as_it_was(tmp_path):
