@@ -16,11 +16,9 @@ def test_small_packs_start_an_all_reduce_before_the_backward_pass_ends(tmp_path)
   command = helpers.tfdist_cli(
       "launch", "--workers=2", "--", *helpers.python(SCRIPT, "--bytes_per_pack=65536",
                                                      "--steps=3", f"--output={out}"))
-  result = helpers.run(command, timeout=300)
-  if result.returncode == 134:
-    # A task traced by TF 2.21's profiler sometimes aborts with heap corruption
-    # (docs/known_issues.md, "TF's profiler in a multi-worker job"): once more.
-    result = helpers.run(command, timeout=300)
+  # The script traces fit itself: tfdist's input stamp (a Python function in the
+  # input) stays out, as TF 2.21's profiler aborts beside one (docs/known_issues.md).
+  result = helpers.run(command, timeout=300, env={"TFDIST_INPUT_WAIT": "0"})
   assert result.returncode == 0, result.stdout[-3000:]
   rows = json.loads(out.read_text())["steps"]
   assert rows and all(row["backward_ms"] > 0 and row["collectives"] >= 1 for row in rows)

@@ -151,14 +151,14 @@ def test_a_slow_but_moving_worker_gets_no_alarm_and_is_named_the_input_bound_str
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="open defect: a traced task aborts with heap corruption about one run "
-                  "in four here (`free(): invalid next size`, `munmap_chunk(): invalid "
-                  "pointer`), with or without tf.py_function in its input; docs/known_issues.md")
-def test_every_task_is_profiled_and_the_input_bound_straggler_named(tmp_path):
+@pytest.mark.skip(reason="open defect: TF 2.21's profiler aborts a non-chief task of a 2-worker "
+                  "job when it exports, in 3 runs of 20 of this test's job on the test "
+                  "machine, with nothing in its input; docs/known_issues.md")
+def test_every_task_is_profiled_into_one_log_directory_with_its_table(tmp_path):
   profile_dir = tmp_path / "profile"
   result = helpers.run(helpers.tfdist_cli(
       "launch", "--workers=2", "--profile=3-5", f"--profile_dir={profile_dir}", "--",
-      *helpers.python(os.path.join(helpers.SCRIPTS, "stall.py"), "heavy", str(tmp_path))),
+      *helpers.python(os.path.join(helpers.SCRIPTS, "stall.py"), "plain", str(tmp_path))),
       timeout=240)
   assert result.returncode == 0, result.stdout[-4000:]
   assert len(re.findall(r"\[worker:\d\] final weights", result.stdout)) == 2
@@ -170,6 +170,10 @@ def test_every_task_is_profiled_and_the_input_bound_straggler_named(tmp_path):
     assert len(traces) == 1, run
   assert f"[tfdist launch] profile of steps 3-5: {profile_dir}, one run per task: " \
       "['worker-0', 'worker-1']" in result.stdout
+  # Traced tasks are not stamped (TF's profiler aborts beside a Python function in the
+  # input, docs/known_issues.md): the continuous table has no input wait.
+  assert re.search(r"^worker:1 +25 +[\d.]+ +[\d.]+ +- +- +-$", result.stdout, re.M), \
+      result.stdout[-3000:]
   # The per-task table (which task is named the straggler depends on timings: not asserted).
   assert re.search(r"^worker:0 +3 +[\d.]+ +[\d.]+ +[\d.]+$", result.stdout, re.M)
   assert re.search(r"^worker:1 +3 +[\d.]+ +[\d.]+ +[\d.]+$", result.stdout, re.M)

@@ -6,7 +6,10 @@ Usage: python stall.py MODE MARKER_DIR
   slow:  worker 1's input sleeps 0.1 s a batch, and 4 s before its first batch
          (a first step slower than a short --stall_timeout);
   heavy: worker 1's input computes for about 0.1 s a batch, in TensorFlow's own ops
-         (no Python in the pipeline: TF's profiler runs beside it).
+         (no Python in the pipeline);
+  plain: nothing in the input but the data (TF's profiler aborts now and then beside
+         a Python function or heavy ops in a multi-worker task's input:
+         docs/known_issues.md).
 """
 
 import json
@@ -40,6 +43,8 @@ def read(x):
 
 
 def load(x, y):
+  if mode == "plain":
+    return x, y
   if mode == "heavy":
     if index == 1:  # Matrix products of the batch, so that none is folded away ahead of time.
       big = tf.fill([400, 400], 1e-3) + 1e-9 * tf.reduce_mean(x)
