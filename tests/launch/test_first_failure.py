@@ -29,3 +29,10 @@ def test_no_folder_no_record(tmp_path):
   first_failure.record("worker:1", 3, {})
   first_failure.record("worker:1", 3, {trains_alone.JOINED_DIR_ENV: str(tmp_path / "gone")})
   assert not (tmp_path / "gone").exists()
+
+
+def test_only_a_failures_code_counts(tmp_path):
+  (tmp_path / "worker-0.exit").write_text("0 1.0\n")  # Forged or left over: no failure.
+  (tmp_path / "worker-1.exit").write_text("300 1.5\n")
+  (tmp_path / "worker-2.exit").write_text("3 nan\n")
+  assert first_failure.first(str(tmp_path)) is None

@@ -258,6 +258,8 @@ def test_restarts_need_a_template_with_a_place_for_them(tmp_path):
                   template=str(template))
   assert "up to 2 time(s)" in sbatch.render(["python", "t.py"], ntasks=2, output="o",
                                             max_restarts=2)
+  with pytest.raises(ValueError, match=r"`max_restarts` must be an int >= 0. Received: True"):
+    sbatch.render(["python", "t.py"], ntasks=2, output="o", max_restarts=True)
 
 
 def test_data_workers_need_a_template_with_a_place_for_them(tmp_path):

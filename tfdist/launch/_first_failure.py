@@ -20,12 +20,16 @@ Example (a launcher, at the end of its job):
       report(f"{found[0]} failed first, with exit code {found[1]} ...")
 """
 
+import logging
+import math
 import os
 import re
 import time
 from typing import Mapping, Optional, Tuple
 
 from tfdist.launch import _trains_alone as trains_alone
+
+logger = logging.getLogger("tfdist")
 
 _NAME = re.compile(r"(chief|worker|ps)-(\d+)\.exit")
 
@@ -43,8 +47,11 @@ def record(task: str, code: int, environ: Optional[Mapping[str, str]] = None) ->
   name = f"{task.replace(':', '-')}.exit"
   if code == 0 or not directory or not os.path.isdir(directory) or not _NAME.fullmatch(name):
     return
-  with open(os.path.join(directory, name), "w") as f:
-    f.write(f"{128 - code if code < 0 else code} {time.time():.6f}\n")
+  try:
+    with open(os.path.join(directory, name), "w") as f:
+      f.write(f"{128 - code if code < 0 else code} {time.time():.6f}\n")
+  except OSError as error:  # The task's own exit code stands; the launcher keeps srun's.
+    logger.warning("tfdist: could not leave %s's exit code in %s: %s", task, directory, error)
 
 
 def first(directory: str) -> Optional[Tuple[str, int]]:
@@ -60,6 +67,8 @@ def first(directory: str) -> Optional[Tuple[str, int]]:
     try:
       with open(os.path.join(directory, name)) as f:
         code, when = f.read(64).split()
+      if not 1 <= int(code) <= 255 or not math.isfinite(float(when)):  # A failure's code.
+        continue
       found.append((float(when), f"{match.group(1)}:{match.group(2)}", int(code)))
     except (OSError, ValueError):
       continue

@@ -379,14 +379,16 @@ def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
                        result_file if reports else None)
 
 
-def _rows(texts) -> List[step_times.TaskSteps]:
-  """The rows of step times among `texts`, from another machine: anything else is left out."""
+def _rows(texts, task: str) -> List[step_times.TaskSteps]:
+  """`task`'s rows of step times among `texts`, from another machine: anything else is left out."""
   rows = []
   for text in texts if isinstance(texts, list) else []:
     try:
-      rows.append(step_times.from_text(text))
-    except (TypeError, ValueError, AttributeError):
+      row = step_times.from_text(text)
+    except (TypeError, ValueError, AttributeError, RecursionError):
       continue
+    if row.task == task:  # An actor speaks for its own task only.
+      rows.append(row)
   return rows
 
 
@@ -408,7 +410,7 @@ def hand_back(get, actor, task: str, code: int, environ: Mapping[str, str], outp
       reply = get(actor.joined.remote())
       names, rows = reply if isinstance(reply, tuple) and len(reply) == 2 else ([], [])
       trains_alone.add_records(folder, names)
-      watchdog.keep_rows(_rows(rows), folder)
+      watchdog.keep_rows(_rows(rows, task), folder)
   except ray.exceptions.RayActorError as e:
     output.write(f"tfdist: {task} exited with code {code}, then its Ray actor was lost before "
                  f"handing back its result and records: {str(e).splitlines()[0]}\n")

@@ -151,7 +151,7 @@ def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
   """
   if ntasks < 1:
     raise ValueError(f"`ntasks` must be >= 1. Received: {ntasks!r}")
-  if not isinstance(max_restarts, int) or max_restarts < 0:
+  if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
     raise ValueError(f"`max_restarts` must be an int >= 0. Received: {max_restarts!r}")
   check_names(job_name, extra_directives, output, data_work_dir)
   with open(template or TEMPLATE) as f:
@@ -303,11 +303,13 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
     report(f"submitted SLURM job {job_id} ({script_path})")
     report(exposure.warning("slurm", _ports(job_id, ntasks, env)))
     code = _follow(job_id, log_path.replace("%j", job_id), timeout, env, output)
-    found = None if code == 124 else first_failure.first(joined_dir)
+    # A job that passed, or that the launch cancelled, keeps its code whatever was left.
+    found = None if code in (0, 124) else first_failure.first(joined_dir)
     if found and found[1] != code:
       # srun returns the highest code, 143 for the peers it stopped: the cause is the first.
       report(f"{found[0]} failed first, with exit code {found[1]}; SLURM then stopped the "
-             f"other tasks, and srun's {code} is theirs. The launch exits {found[1]}")
+             f"other tasks, and srun's {code} is theirs. The launch exits {found[1]} (of the "
+             "training tasks, which leave records; a parameter server leaves none)")
       code = found[1]
     summary = watchdog.step_summary(joined_dir)  # The rows the tasks' wrappers kept.
     if summary:

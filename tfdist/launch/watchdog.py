@@ -377,6 +377,8 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
           pass
         _signal(child, signal.SIGKILL)
         child.wait()
+        if keep_steps_in:  # The stalled task's row matters most.
+          keep_steps(directory, keep_steps_in)
         return STALL_EXIT_CODE
     finally:
       for sig, handler in previous.items():
