@@ -8,6 +8,7 @@ test runs a real 2-worker MultiWorkerMirrored cluster under `tfdist launch`.
 """
 
 import json
+import logging
 import os
 import signal
 
@@ -190,8 +191,34 @@ def test_fit_stopped_between_syncs_with_adam_resumes_every_replica_as_it_was(fla
   assert _replica_spread(strategy, straight) > 1e-4  # 2 steps past the sync at 16.
   np.testing.assert_allclose(_every_copy(strategy, resumed), _every_copy(strategy, straight),
                              atol=1e-6)
-  # Gone with the backup when fit ends.
-  assert not (tmp_path / "backup" / "local_sgd_replicas" / "worker-0").exists()
+  # Gone with the backup when fit ends: no folder (or file) of copies left in it.
+  assert not list(tmp_path.rglob("local_sgd_replicas*"))
+
+
+def test_copies_saved_by_more_or_fewer_replicas_are_a_warning_and_change_nothing(tmp_path,
+                                                                                   caplog):
+  """A job resumed on fewer devices (2 replicas saved, 1 now), or on more (1 saved, 2 now)."""
+  keras = tfdist.keras
+  strategies = {n: tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
+                for n in (1, 2)}
+
+  def model(replicas):
+    adam = lambda: keras.optimizers.Adam(0.01)
+    return tfdist.training.local_sgd(_compiled(keras, strategies[replicas], adam), sync_every=4)
+
+  for saved, now in ((2, 1), (1, 2)):
+    directory = str(tmp_path / f"{saved}-{now}")
+    trained = model(saved)
+    for v in trained.trainable_variables:  # Values the restored model has not.
+      v.assign_add(tf.ones_like(v))
+    getattr(trained, "_tfdist_local_sgd").save_replicas(directory)
+    restored = model(now)
+    before = _every_copy(strategies[now], restored)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tfdist"):
+      assert not getattr(restored, "_tfdist_local_sgd").restore_replicas(directory)
+    assert f"were saved by {saved} replicas, and it has {now} now" in caplog.text
+    np.testing.assert_array_equal(_every_copy(strategies[now], restored), before)
 
 
 def test_a_loop_resumed_between_syncs_with_momentum_resumes_every_replica_as_it_was(tmp_path):
@@ -222,8 +249,8 @@ def test_an_outer_optimizer_object_is_diloco_with_that_optimizer(flavour, tmp_pa
     model = _compiled(keras, strategy)
     with strategy.scope():  # Keras 3's optimizers belong to the strategy they are made under.
       outer = outer() if callable(outer) else outer
-    return tfdist.training.local_sgd(model, sync_every=2, outer_optimizer=outer,
-                                     outer_learning_rate=0.5, outer_momentum=0.8)
+    nesterov = dict(outer_learning_rate=0.5, outer_momentum=0.8) if outer == "nesterov" else {}
+    return tfdist.training.local_sgd(model, sync_every=2, outer_optimizer=outer, **nesterov)
 
   def trained(outer):
     model = diloco(outer)
@@ -259,6 +286,20 @@ def test_an_outer_optimizer_object_is_diloco_with_that_optimizer(flavour, tmp_pa
       diloco(outside)
   else:
     diloco(outside)  # tf_keras's updates its iterations across replicas, made anywhere.
+    with pytest.raises(ValueError, match=r"not a legacy optimizer.*Received: legacy SGD"):
+      diloco(lambda: keras.optimizers.legacy.SGD(0.7))  # It has no build.
+  # Built already (by local_sgd here): its variables are another model's.
+  used = getattr(model, "_tfdist_local_sgd").outer
+  with pytest.raises(ValueError, match=r"`outer_optimizer` must be new, not built.*"
+                                       r"Received: SGD built already, with \d+ variables"):
+    diloco(used)
+  # The "nesterov" options beside an object, which has its own.
+  for field, value in (("outer_learning_rate", 0.5), ("outer_momentum", 0.8)):
+    with pytest.raises(ValueError, match=rf"`{field}` is for outer_optimizer='nesterov'.*"
+                                         rf"Received: {field}={value}, outer_optimizer=SGD"):
+      with strategy.scope():
+        tfdist.training.local_sgd(_compiled(keras, strategy), sync_every=2,
+                                  outer_optimizer=keras.optimizers.SGD(0.5), **{field: value})
 
 
 def test_refusals_name_the_field_and_the_value():

@@ -78,7 +78,17 @@ def check_options(sync_every, outer_optimizer, outer_learning_rate=OUTER_LEARNIN
                      f"Received: sync_every={sync_every!r}")
   if not isinstance(outer_optimizer, (str, type(None))) and \
       hasattr(outer_optimizer, "apply_gradients"):
-    return "optimizer"  # Its own learning rate and momentum; checked against the model's Keras.
+    # Its own learning rate and momentum (checked against the model's Keras later): the
+    # "nesterov" ones given too would be ignored.
+    given = (("outer_learning_rate", outer_learning_rate, OUTER_LEARNING_RATE),
+             ("outer_momentum", outer_momentum, OUTER_MOMENTUM))
+    for field, value, default in given:
+      if value != default:
+        raise ValueError(
+            f"`{field}` is for outer_optimizer='nesterov', and an outer optimizer object has "
+            f"its own: set it on the optimizer and leave {field} out. Received: "
+            f"{field}={value!r}, outer_optimizer={type(outer_optimizer).__name__}")
+    return "optimizer"
   name = "none" if outer_optimizer is None else outer_optimizer
   if name not in OUTER_OPTIMIZERS:
     raise ValueError(f"`outer_optimizer` must be one of {list(OUTER_OPTIMIZERS)}, None or a "
@@ -125,7 +135,8 @@ class LocalSGD:
     outer_optimizer: "none" (local SGD: average the weights), "nesterov"
       (DiLoCo), or a new Keras optimizer of the model's Keras (DiLoCo with
       that outer optimizer; Keras 3's made in the strategy's scope).
-    outer_learning_rate, outer_momentum: the "nesterov" outer SGD's.
+    outer_learning_rate, outer_momentum: the "nesterov" outer SGD's (an
+      optimizer object has its own: given with one, they are refused).
 
   Example:
 
@@ -202,6 +213,22 @@ class LocalSGD:
           "and not the inner one nor a LossScaleOptimizer: make one with that Keras's "
           f"keras.optimizers in the strategy's scope. Received: {outer_keras} "
           f"{type(outer).__name__}")
+    if not self._keras3:
+      import tf_keras  # pylint: disable=g-import-not-at-top
+      if isinstance(outer, tf_keras.optimizers.legacy.Optimizer):
+        raise ValueError(
+            "`outer_optimizer` must be a tf_keras.optimizers one, not a legacy optimizer (it "
+            "cannot be built on the weights at the last sync): use tf_keras.optimizers.SGD or "
+            f"another non-legacy one. Received: legacy {type(outer).__name__}")
+    # local_sgd builds it on the weights at the last sync; one built already (on other
+    # variables) keeps those (tf_keras builds once) and fails at the first sync.
+    built = outer.built if self._keras3 else \
+        any(v is not outer.iterations for v in outer.variables)
+    if built:
+      raise ValueError(
+          "`outer_optimizer` must be new, not built (local_sgd builds it on the weights at the "
+          "last sync): make a new one for local_sgd, and do not use it elsewhere. Received: "
+          f"{type(outer).__name__} built already, with {len(outer.variables)} variables")
     # Keras 3 makes an optimizer's iterations (and learning rate) when the optimizer is
     # made: outside the scope they are not mirrored. tf_keras's steps update them in
     # cross-replica context, which works either way.
@@ -385,8 +412,10 @@ def local_sgd(model, sync_every: int, *, outer_optimizer=None,
       new Keras optimizer of the model's Keras, e.g.
       `keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True)` (DiLoCo with
       that outer optimizer; its state is saved with the model's optimizer).
-      A Keras 3 optimizer must be made in the strategy's scope.
-    outer_learning_rate, outer_momentum: the "nesterov" outer SGD's (0.7, 0.9).
+      It must not be built yet (local_sgd builds it); a Keras 3 one must be
+      made in the strategy's scope.
+    outer_learning_rate, outer_momentum: the "nesterov" outer SGD's (0.7, 0.9);
+      refused beside an optimizer object, which has its own.
 
   Returns:
     `model`.
@@ -395,8 +424,9 @@ def local_sgd(model, sync_every: int, *, outer_optimizer=None,
     ValueError: a bad option; a strategy without one copy of the weights per
       replica (one device, central storage, parameter servers); an
       uncompiled model; gradient accumulation or a LossScaleOptimizer; an
-      outer optimizer of the other Keras, or a Keras 3 one made outside the
-      strategy's scope.
+      outer optimizer of the other Keras, built already, or a Keras 3 one
+      made outside the strategy's scope; `outer_learning_rate` or
+      `outer_momentum` beside an outer optimizer object.
     TypeError: the model has a `train_step` of its own.
 
   Example:

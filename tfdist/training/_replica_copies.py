@@ -44,21 +44,30 @@ def _checkpoint(strategy, variables: Sequence):
 def write(strategy, variables: Sequence, directory: str, step: int) -> None:
   """Writes this task's replicas' copies of `variables` for `step`; call it before the checkpoint.
 
-  Of the files, the two newest stay: if the task stops while the checkpoint
-  is written, the one matching the checkpoint before is still there.
+  Files of later steps go: they belong to saves that never completed into a
+  checkpoint (a job resumed from an older one). Of the rest, the two newest
+  stay: if the task stops while the checkpoint is written, the one matching
+  the checkpoint before is still there.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   folder = _folder(strategy, directory)
   tf.io.gfile.makedirs(folder)
   _checkpoint(strategy, variables).write(os.path.join(folder, f"replicas-{step}"))
   steps = sorted(int(m.group(1)) for m in map(_FILE.match, tf.io.gfile.listdir(folder)) if m)
-  for old in steps[:-_KEEP]:
-    for name in tf.io.gfile.glob(os.path.join(folder, f"replicas-{old}.*")):
-      tf.io.gfile.remove(name)
+  kept = [s for s in steps if s <= step][-_KEEP:]
+  for old in steps:
+    if old not in kept:
+      for name in tf.io.gfile.glob(os.path.join(folder, f"replicas-{old}.*")):
+        tf.io.gfile.remove(name)
 
 
 def read(strategy, variables: Sequence, directory: str, step: int) -> bool:
-  """Puts this task's replicas' copies for `step` back; whether they were found (else a warning)."""
+  """Puts this task's replicas' copies for `step` back; whether it did (else a warning).
+
+  Copies missing, or saved by another number of replicas on this task (a job
+  resumed on more or fewer devices), are a warning, and nothing is assigned:
+  every replica goes on from the checkpoint's (the first replica's) values.
+  """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   path = os.path.join(_folder(strategy, directory), f"replicas-{step}")
   if not tf.io.gfile.exists(path + ".index"):
@@ -66,13 +75,36 @@ def read(strategy, variables: Sequence, directory: str, step: int) -> bool:
                    "from the first replica's weights and optimizer state", step,
                    os.path.dirname(path))
     return False
+  saved, now = _replicas_in(path), len(strategy.extended.worker_devices)
+  if saved != now:  # Checked before anything is assigned.
+    logger.warning("This task's replicas' copies at step %d in %s were saved by %d replicas, "
+                   "and it has %d now: every replica resumes from the first replica's weights "
+                   "and optimizer state", step, os.path.dirname(path), saved, now)
+    return False
   _checkpoint(strategy, variables).read(path).assert_consumed()
   return True
 
 
+def _replicas_in(path: str) -> int:
+  """How many replicas' copies the file at `path` holds (its keys: `replicas/<i>/...`)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return len({name.split("/")[1] for name, _ in tf.train.list_variables(path)
+              if name.startswith("replicas/")})
+
+
 def remove(strategy, directory: str) -> None:
-  """Removes this task's copies beside `directory` (when its checkpoint is deleted)."""
+  """Removes this task's copies beside `directory` (when its checkpoint is deleted).
+
+  The shared folder goes too once it is empty: each task removes its own
+  first, so the last to look finds it empty.
+  """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   folder = _folder(strategy, directory)
   if tf.io.gfile.exists(folder):
     tf.io.gfile.rmtree(folder)
+  shared = os.path.dirname(folder)
+  try:
+    if not tf.io.gfile.listdir(shared):
+      tf.io.gfile.rmtree(shared)
+  except tf.errors.NotFoundError:
+    pass  # Gone already (another task removed it).
