@@ -119,3 +119,32 @@ def test_a_summary_that_fails_warns_and_training_goes_on(tmp_path, monkeypatch):
     logging.getLogger("tfdist").removeHandler(handler)
   assert [r.getMessage() for r in records] == [
       "tfdist: the step times of this epoch were not summarized: RuntimeError('no summary')"]
+
+
+def test_the_chief_names_a_straggler_whose_row_is_in_the_shared_folder(tmp_path):
+  # Under `tfdist task` on SLURM each task has a progress directory of its own; the
+  # wrappers copy their rows to the job's records folder, where the chief reads them.
+  from tfdist import _step_times as step_times
+  own, shared = tmp_path / "own", tmp_path / "shared"
+  own.mkdir()
+  shared.mkdir()
+  (shared / "worker-1.steps").write_text(step_times.to_text(
+      step_times.summarize("worker:1", 20, [0.2] * 20, [0.18] * 20)))
+  (shared / "worker-0.steps").write_text(step_times.to_text(  # Older: its own dir has it.
+      step_times.summarize("worker:0", 1, [9.0], [9.0])))
+  code = (
+      "import time\n"
+      "from tfdist import progress\n"
+      "assert progress.install_from_env()\n"
+      "progress.boundary()\n"
+      "for _ in range(20): time.sleep(0.05); progress.step_done()\n"
+      "progress.epoch_end()\n")
+  env = dict(os.environ, TFDIST_PROGRESS_DIR=str(own), TFDIST_STEPS_SHARED_DIR=str(shared),
+             TF_CONFIG=json.dumps({"cluster": {"worker": ["a:1", "b:2"]},
+                                   "task": {"type": "worker", "index": 0}}))
+  result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60)
+  assert result.returncode == 0, result.stderr
+  assert "worker:1 is markedly slower than the other tasks (200.0 ms a step against " \
+      in result.stdout + result.stderr, \
+      result.stdout + result.stderr

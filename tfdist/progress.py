@@ -67,6 +67,10 @@ PROGRESS_DIR_ENV = "TFDIST_PROGRESS_DIR"
 # TensorFlow's profiler into PROFILE_DIR/<task> (one run per task).
 PROFILE_ENV = "TFDIST_PROFILE"
 PROFILE_DIR_ENV = "TFDIST_PROFILE_DIR"
+# A folder holding the other tasks' rows of step times, where each task has a
+# progress directory of its own (`tfdist task` on SLURM: the job's records
+# folder, which the nodes share): the chief reads them there too.
+STEPS_SHARED_ENV = "TFDIST_STEPS_SHARED_DIR"
 # "0": no input stamp (`stamped_input`): step times only, none of its cost per element.
 INPUT_WAIT_ENV = "TFDIST_INPUT_WAIT"
 PROGRESS_SUFFIX = ".progress"
@@ -112,6 +116,7 @@ class _Reporter:
     self.profiling = False
     self.stem: Optional[str] = None  # This task's files: directory/stem.*
     self.chief = False  # This task names the stragglers at each epoch's end.
+    self.shared: Optional[str] = None  # STEPS_SHARED_ENV: the other tasks' rows.
     self.last: Optional[float] = None  # When the last step ended; None after a boundary.
     self.step_seconds = collections.deque(maxlen=step_times.WINDOW)
     self.input_seconds = collections.deque(maxlen=step_times.WINDOW)
@@ -245,7 +250,11 @@ def epoch_end() -> None:
     with _reporter.lock:
       _reporter.write_steps(time.monotonic())
     if _reporter.chief and _reporter.stem is not None:
-      line = step_times.straggler(step_times.read(os.path.dirname(_reporter.stem)))
+      rows = step_times.read(os.path.dirname(_reporter.stem))
+      if _reporter.shared:  # A task's own directory holds its newest row.
+        own = {row.task for row in rows}
+        rows += [row for row in step_times.read(_reporter.shared) if row.task not in own]
+      line = step_times.straggler(rows)
       if line:
         logger.warning("tfdist: %s", line)
   except Exception as error:  # pylint: disable=broad-except  A report never stops training.
@@ -349,6 +358,7 @@ def install_from_env(environ=None) -> bool:
   except (ValueError, KeyError, TypeError, AttributeError):
     return False
   _reporter.stamping = environ.get(INPUT_WAIT_ENV, "1") != "0"
+  _reporter.shared = environ.get(STEPS_SHARED_ENV) or None
   if environ.get(PROFILE_ENV) and environ.get(PROFILE_DIR_ENV):
     try:
       first, last = parse_steps(environ[PROFILE_ENV])
@@ -372,7 +382,7 @@ def install_from_env(environ=None) -> bool:
   if environ is os.environ:
     # This process reports for the task: a Python process it starts (a helper
     # script, a multiprocessing worker) must not take the task's files over.
-    for name in (PROGRESS_DIR_ENV, PROFILE_ENV, PROFILE_DIR_ENV):
+    for name in (PROGRESS_DIR_ENV, PROFILE_ENV, PROFILE_DIR_ENV, STEPS_SHARED_ENV):
       os.environ.pop(name, None)
   return bool(directory) or _reporter.profile is not None
 

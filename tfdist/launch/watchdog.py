@@ -331,15 +331,18 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
   Each signal passed on is appended to `passed_on`, if given: the caller can
   then tell a command that ended on its own from one that was stopped.
   `keep_steps_in`: a folder the launcher reads at the job's end (`step_summary`),
-  where this task's row of step times goes when the command ends (a SLURM
-  job's records folder, which its nodes share).
+  where this task's row of step times goes every second and when the command
+  ends (a SLURM job's records folder, which its nodes share); the command's
+  chief reads the other tasks' rows there at each epoch's end.
   """
   directory = make_directory()
   try:
     # In this wrapper's process group: a launcher that kills the group (Ray's actor,
     # even by SIGKILL) takes the command and whatever it started with it. A signal
     # to the wrapper alone (a pod's PID 1) is passed on to the command.
-    child = subprocess.Popen(list(command), env={**env, progress.PROGRESS_DIR_ENV: directory},
+    shared = {progress.STEPS_SHARED_ENV: keep_steps_in} if keep_steps_in else {}
+    child = subprocess.Popen(list(command),
+                             env={**env, progress.PROGRESS_DIR_ENV: directory, **shared},
                              preexec_fn=preexec_fn)
     def forward(signum, frame):
       if passed_on is not None:
@@ -353,7 +356,8 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
         try:
           code = child.wait(timeout=1.0)
         except subprocess.TimeoutExpired:
-          pass
+          if keep_steps_in:  # The chief names a straggler from the rows there as it trains.
+            keep_steps(directory, keep_steps_in)
         else:
           summary = step_summary(directory)  # This task's row: its log holds it.
           if summary:
