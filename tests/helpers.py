@@ -169,6 +169,29 @@ def keras_of(flavour):
   return tfdist.keras
 
 
+def interrupt(epoch, batch=None):
+  """A callback that stops fit at the start of `epoch` (an error, as a crash) or SIGTERMs it
+  at `batch` of that epoch."""
+  from tfdist import keras  # pylint: disable=g-import-not-at-top
+
+  class Interrupt(keras.callbacks.Callback):
+
+    def __init__(self):
+      super().__init__()
+      self.running = None
+
+    def on_epoch_begin(self, epoch_now, logs=None):
+      self.running = epoch_now
+      if epoch_now == epoch and batch is None:
+        raise RuntimeError("interrupted")
+
+    def on_train_batch_begin(self, batch_now, logs=None):
+      if (self.running, batch_now) == (epoch, batch):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+  return Interrupt()
+
+
 def regression_data(n=256):
   """A small linear regression: (x, y), the same every call."""
   import numpy as np  # pylint: disable=g-import-not-at-top

@@ -248,23 +248,6 @@ def test_a_backup_that_would_outlast_the_grace_period_is_warned_about_at_the_fir
   assert not [p for p in os.listdir(tmp_path) if "grace-probe" in p]  # Its scratch is gone.
 
 
-class _Interrupt(keras.callbacks.Callback):
-  """Stops fit at the start of `epoch` (an error, as a crash) or SIGTERMs it at `batch`."""
-
-  def __init__(self, epoch, batch=None):
-    super().__init__()
-    self.epoch, self.batch, self.running = epoch, batch, None
-
-  def on_epoch_begin(self, epoch, logs=None):
-    self.running = epoch
-    if epoch == self.epoch and self.batch is None:
-      raise RuntimeError("interrupted")
-
-  def on_train_batch_begin(self, batch, logs=None):
-    if (self.running, batch) == (self.epoch, self.batch):
-      os.kill(os.getpid(), signal.SIGTERM)
-
-
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
 @pytest.mark.parametrize("name", ["one_device", "mirrored"])
 def test_fit_interrupted_twice_reads_on_where_it_stopped_and_ends_with_the_uninterrupted_weights(
@@ -290,7 +273,7 @@ def test_fit_interrupted_twice_reads_on_where_it_stopped_and_ends_with_the_unint
         96, seed=3, reshuffle_each_iteration=True).batch(16)
     callbacks = [checkpoints.backup_and_restore(str(tmp_path), check_every=1, model=model)]
     history = model.fit(data, epochs=4, verbose=0,
-                        callbacks=callbacks + [_Interrupt(*interrupt)] if interrupt else callbacks)
+                        callbacks=callbacks + [helpers.interrupt(*interrupt)] if interrupt else callbacks)
     return model, history
 
   straight, _ = fit()

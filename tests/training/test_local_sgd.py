@@ -9,8 +9,6 @@ test runs a real 2-worker MultiWorkerMirrored cluster under `tfdist launch`.
 
 import json
 import logging
-import os
-import signal
 
 import numpy as np
 import pytest
@@ -139,23 +137,6 @@ def test_what_a_fit_backup_saves_holds_the_outer_state(flavour, tmp_path):
   assert _difference(outer(restored), outer(trained)) == 0.0
 
 
-class _Interrupt(tfdist.keras.callbacks.Callback):
-  """Stops fit at the start of `epoch` (an error, as a crash) or SIGTERMs it at `batch`."""
-
-  def __init__(self, epoch, batch=None):
-    super().__init__()
-    self.epoch, self.batch, self.running = epoch, batch, None
-
-  def on_epoch_begin(self, epoch, logs=None):
-    self.running = epoch
-    if epoch == self.epoch and self.batch is None:
-      raise RuntimeError("interrupted")
-
-  def on_train_batch_begin(self, batch, logs=None):
-    if (self.running, batch) == (self.epoch, self.batch):
-      os.kill(os.getpid(), signal.SIGTERM)
-
-
 def _every_copy(strategy, model):
   """Each replica's copy of the weights and of the inner optimizer's slots, in one list."""
   variables = model.trainable_variables + [v for v in model.optimizer.variables
@@ -177,7 +158,7 @@ def test_fit_stopped_between_syncs_with_adam_resumes_every_replica_as_it_was(fla
     callbacks = [checkpoints.backup_and_restore(str(tmp_path), check_every=1, model=model)]
     # 6 steps an epoch: the epoch's backup (step 6) and SIGTERM's (step 10) fall between syncs.
     model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=3, verbose=0,
-              callbacks=callbacks + [_Interrupt(*interrupt)] if interrupt else callbacks)
+              callbacks=callbacks + [helpers.interrupt(*interrupt)] if interrupt else callbacks)
     return strategy, model
 
   strategy, straight = fit()
