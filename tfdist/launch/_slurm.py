@@ -308,8 +308,8 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
     if found and found[1] != code:
       # srun returns the highest code, 143 for the peers it stopped: the cause is the first.
       report(f"{found[0]} failed first, with exit code {found[1]}; SLURM then stopped the "
-             f"other tasks, and srun's {code} is theirs. The launch exits {found[1]} (of the "
-             "training tasks, which leave records; a parameter server leaves none)")
+             f"other tasks, and srun's {code} is theirs. The launch exits {found[1]} (only "
+             "training tasks leave this record; a parameter server does not)")
       code = found[1]
     summary = watchdog.step_summary(joined_dir)  # The rows the tasks' wrappers kept.
     if summary:
