@@ -309,9 +309,10 @@ def keep_rows(rows: Sequence[step_times.TaskSteps], folder: str) -> None:
     return
   for row in rows:
     path = os.path.join(folder, row.task.replace(":", "-") + step_times.STEPS_SUFFIX)
-    try:
-      with open(path, "w", encoding="utf-8") as f:
+    try:  # Whole: a chief reads the folder while it is written.
+      with open(path + ".new", "w", encoding="utf-8") as f:
         f.write(step_times.to_text(row))
+      os.replace(path + ".new", path)
     except OSError as error:  # The job's exit code stands; the table lacks a row.
       logger.warning("tfdist: could not keep %s's step times in %s: %s", row.task, folder, error)
 
