@@ -237,6 +237,15 @@ def test_ports_are_picked_below_the_range_outgoing_connections_take(monkeypatch)
   assert len(set(cluster_lib.pick_unused_ports(8))) == 8
 
 
+def test_a_port_for_a_nodes_own_address_is_picked_the_same_way():
+  # Before: Ray's bundles took the kernel's own free port, and a task of a Ray launch
+  # once found it taken ("Address already in use") beside another test run.
+  low = spec_lib._ephemeral_low()
+  for _ in range(16):
+    port = spec_lib.free_port_at("127.0.0.1")
+    assert spec_lib._LOWEST_PICKED_PORT <= port < low
+
+
 def test_a_spec_is_immutable_and_hashable():
   # Before: attributes and the jobs dict could be changed in place, and a spec
   # defined __eq__ without __hash__, so it could not be a dict key or set member.

@@ -518,20 +518,36 @@ def pick_unused_ports(count: int, host: str = "127.0.0.1") -> Tuple[int, ...]:
                      f"that nothing listens beyond this machine. Received: {host!r}")
   family, address = ((socket.AF_INET6, "::1") if host == "::1"
                      else (socket.AF_INET, "127.0.0.1"))
-  candidates = range(_LOWEST_PICKED_PORT, _ephemeral_low())
   sockets = []
   try:
     for _ in range(count):
       s = socket.socket(family, socket.SOCK_STREAM)
       sockets.append(s)
-      # A few tries in the quiet range, then any free port the kernel gives.
-      for port in _random.sample(candidates, min(32, len(candidates))) + [0]:
-        try:
-          s.bind((address, port))
-          break
-        except OSError:
-          continue
+      _bind_quiet_port(s, address)
     return tuple(s.getsockname()[1] for s in sockets)
   finally:
     for s in sockets:
       s.close()
+
+
+def _bind_quiet_port(s: socket.socket, address: str) -> None:
+  """Binds `s` at `address`: a few tries below the ephemeral range, then any free port."""
+  candidates = range(_LOWEST_PICKED_PORT, _ephemeral_low())
+  for port in _random.sample(candidates, min(32, len(candidates))) + [0]:
+    try:
+      s.bind((address, port))
+      return
+    except OSError:
+      continue
+  raise OSError(f"no free TCP port at {address}")
+
+
+def free_port_at(address: str) -> int:
+  """A TCP port free at this machine's `address` now, picked as `pick_unused_ports` picks.
+
+  For a launcher that runs on the node itself (a Ray node's own address).
+  """
+  family = socket.AF_INET6 if ":" in address else socket.AF_INET
+  with socket.socket(family, socket.SOCK_STREAM) as s:
+    _bind_quiet_port(s, address)
+    return s.getsockname()[1]

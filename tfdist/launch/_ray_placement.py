@@ -18,13 +18,13 @@ tells whether a task that others know by its address (a parameter-server
 worker, the dispatcher) would come back elsewhere if restarted alone.
 """
 
-import socket
 import time
 import uuid
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tfdist import cluster as cluster_lib
 from tfdist.cluster import _data_service as data_service_lib
+from tfdist.cluster import _spec as spec_lib
 from tfdist.launch import _data_servers as data_servers
 
 # Seconds to wait for the cluster to have room for every task.
@@ -116,12 +116,14 @@ def bundle_options(placement_group, bundle: int, resources: Mapping[str, float])
 
 
 def _free_address() -> Tuple[str, int, str]:
-  """(this node's Ray address, a port free on it now, the node's ID)."""
+  """(this node's Ray address, a port free on it now, the node's ID).
+
+  The port comes from below the kernel's ephemeral range, where no outgoing
+  connection (Ray's own, on a busy node) takes it before the task binds it.
+  """
   import ray  # pylint: disable=import-outside-toplevel  Runs on a Ray node.
   host = ray.util.get_node_ip_address()
-  with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-    s.bind((host, 0))
-    return host, s.getsockname()[1], ray.get_runtime_context().get_node_id()
+  return host, spec_lib.free_port_at(host), ray.get_runtime_context().get_node_id()
 
 
 def _host(host: str) -> str:
