@@ -123,18 +123,23 @@ def test_what_a_fit_backup_saves_holds_the_outer_state(flavour, tmp_path):
   trained = diloco()
   trained.fit(_data(), epochs=1, verbose=0)  # 4 steps: 2 syncs, outer momentum moved.
   restored = diloco()
-  if flavour == "keras3":
-    trained.save_weights(str(tmp_path / "backup.weights.h5"))
-    restored.load_weights(str(tmp_path / "backup.weights.h5"))
-  else:
-    path = tf.train.Checkpoint(model=trained).write(str(tmp_path / "backup"))
-    tf.train.Checkpoint(model=restored).read(path).assert_consumed()
+  _back_up_and_restore(flavour, trained, restored, tmp_path)
   assert int(restored.optimizer.iterations.numpy()) == 4
   outer = lambda model: [v.numpy() for v in model.optimizer.variables
                          if "local_sgd" in v.name]
   # An anchor and a momentum for each of the 4 weights; the momenta moved.
   assert len(outer(trained)) == 8 and np.abs(outer(trained)[-1]).max() > 0
   assert _difference(outer(restored), outer(trained)) == 0.0
+
+
+def _back_up_and_restore(flavour, saved, restored, tmp_path):
+  """`saved`'s weights and optimizer state into `restored`, as each Keras's backup keeps them."""
+  if flavour == "keras3":
+    saved.save_weights(str(tmp_path / "backup.weights.h5"))
+    restored.load_weights(str(tmp_path / "backup.weights.h5"))
+  else:
+    path = tf.train.Checkpoint(model=saved).write(str(tmp_path / "backup"))
+    tf.train.Checkpoint(model=restored).read(path).assert_consumed()
 
 
 def _every_copy(strategy, model):
@@ -246,12 +251,7 @@ def test_an_outer_optimizer_object_is_diloco_with_that_optimizer(flavour, tmp_pa
   np.testing.assert_allclose(weights, trained("nesterov")[1], atol=1e-6)
   # Its state is in the backup, as the "nesterov" string's is.
   restored = diloco(lambda: keras.optimizers.SGD(0.5, momentum=0.8, nesterov=True))
-  if flavour == "keras3":
-    model.save_weights(str(tmp_path / "backup.weights.h5"))
-    restored.load_weights(str(tmp_path / "backup.weights.h5"))
-  else:
-    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "backup"))
-    tf.train.Checkpoint(model=restored).read(path).assert_consumed()
+  _back_up_and_restore(flavour, model, restored, tmp_path)
   outer = lambda m: [v.numpy() for v in getattr(m, "_tfdist_local_sgd").outer.variables]
   assert int(outer(model)[0]) == 2  # Its iterations: one a sync.
   assert np.abs(outer(model)[-1]).max() > 0  # A momentum.
