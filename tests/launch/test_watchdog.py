@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 
 import pytest
 
@@ -151,15 +152,20 @@ def test_a_slow_but_moving_worker_gets_no_alarm_and_is_named_the_input_bound_str
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="open defect: TF 2.21's profiler aborts a non-chief task of a 2-worker "
-                  "job when it exports, in 3 runs of 20 of this test's job on the test "
-                  "machine, with nothing in its input; docs/known_issues.md")
 def test_every_task_is_profiled_into_one_log_directory_with_its_table(tmp_path):
+  # TF 2.21's profiler aborts a non-chief task now and then when it collects the trace (a
+  # use-after-free in TensorFlow, docs/known_issues.md; 3 runs of 20 of this job): the
+  # launch names it, and the job runs again, as the guide tells users to. Three aborts in a
+  # row (under 1% by that rate) fail the test.
   profile_dir = tmp_path / "profile"
-  result = helpers.run(helpers.tfdist_cli(
-      "launch", "--workers=2", "--profile=3-5", f"--profile_dir={profile_dir}", "--",
-      *helpers.python(os.path.join(helpers.SCRIPTS, "stall.py"), "plain", str(tmp_path))),
-      timeout=240)
+  for _ in range(3):
+    shutil.rmtree(profile_dir, ignore_errors=True)
+    result = helpers.run(helpers.tfdist_cli(
+        "launch", "--workers=2", "--profile=3-5", f"--profile_dir={profile_dir}", "--",
+        *helpers.python(os.path.join(helpers.SCRIPTS, "stall.py"), "plain", str(tmp_path))),
+        timeout=240)
+    if not (result.returncode in (134, 139) and "profiler can corrupt" in result.stdout):
+      break
   assert result.returncode == 0, result.stdout[-4000:]
   assert len(re.findall(r"\[worker:\d\] final weights", result.stdout)) == 2
   # One run per task under one log directory, each with its trace.

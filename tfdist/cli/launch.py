@@ -15,6 +15,7 @@ Kubeflow TFJob; or Indexed Jobs plus a headless Service) and starts nothing.
 """
 
 import os
+import signal
 import sys
 
 from absl import flags
@@ -169,8 +170,18 @@ def main(argv):
           f"--logdir {profile_dir}` (pip install tensorboard tensorboard-plugin-profile) or xprof.")
     if runs:
       _print_profile_summary(profile_dir)
+    if code in _CRASHED:
+      print("[tfdist launch] a task ended with SIGABRT or SIGSEGV in a job traced with "
+            "--profile: TensorFlow 2.21's profiler can corrupt a multi-worker task's memory when "
+            "it collects the trace (docs/known_issues.md, \"TF's profiler in a multi-worker "
+            "job\"). Run the job again, or trace fewer steps; under --max_restarts it resumes "
+            f"from its backup. Received: exit code {code}")
   # A task killed by signal N exits the launcher with 128 + N, as shells do.
   return code if code >= 0 else 128 - code
+
+
+# A task killed by SIGABRT or SIGSEGV: as the launcher's code (-N) or a shell's (128 + N).
+_CRASHED = (-signal.SIGABRT, -signal.SIGSEGV, 128 + signal.SIGABRT, 128 + signal.SIGSEGV)
 
 
 def _profile_environment():
