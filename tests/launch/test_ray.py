@@ -9,9 +9,9 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -382,6 +382,50 @@ def test_a_stalled_task_on_its_ray_node_dumps_its_stacks_and_the_job_ends(cluste
   assert re.search(r"^\[worker:1\] tfdist task: stalled: no training step completed anywhere "
                    r"for \d+s .*; worker:1 is not waiting inside TensorFlow .*: it is in "
                    r"wait_forever \(", result.stdout, re.M), result.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_a_straggler_on_its_ray_node_is_named_while_the_job_trains(cluster, tmp_path):
+  # Worker 1's input sleeps 0.1 s a batch. The nodes share no folder for a chief to read
+  # the other's row: the launcher names the straggler from the rows the actors send it.
+  result = cluster.run(helpers.tfdist_cli(
+      "launch", "--ray", "--workers=2", "--timeout=240", "--",
+      *helpers.python(os.path.join(helpers.SCRIPTS, "stall.py"), "slow_long", str(tmp_path))),
+      timeout=300)
+  assert result.returncode == 0, result.stdout[-3000:]
+  named = re.search(r"^\[tfdist launch\] worker:1 holds the others back, waiting for its "
+                    r"input \(\d+% of its steps; ", result.stdout, re.M)
+  assert named, result.stdout[-3000:]
+  assert len(re.findall(r"^\[tfdist launch\] worker:1 holds", result.stdout, re.M)) == 1
+  assert named.start() < result.stdout.index("] final weights"), result.stdout[-3000:]
+
+
+def test_a_straggler_is_named_once_until_another_task_is():
+  from tfdist import _step_times as step_times
+
+  def rows(slow):
+    return [step_times.summarize(task, 20, [0.3 if task == slow else 0.1] * 20)
+            for task in ("worker:0", "worker:1")]
+
+  line, named = launch._ray.newly_named(rows("worker:1"), None)
+  assert line.startswith("worker:1 is markedly slower") and named == "worker:1"
+  assert launch._ray.newly_named(rows("worker:1"), named) == (None, "worker:1")
+  # Near the threshold a task drops out and comes back: it is not named again.
+  assert launch._ray.newly_named(rows(None), named) == (None, "worker:1")
+  assert launch._ray.newly_named(rows("worker:1"), named) == (None, "worker:1")
+  line, named = launch._ray.newly_named(rows("worker:0"), named)
+  assert line.startswith("worker:0 is markedly slower") and named == "worker:0"
+
+
+def test_the_launchers_straggler_thread_ends_when_the_job_does(tmp_path):
+  reports, done = [], threading.Event()
+  watcher = threading.Thread(target=launch._ray.name_stragglers,
+                             args=(str(tmp_path / "gone"), done, reports.append, 0.01))
+  watcher.start()
+  time.sleep(0.1)
+  done.set()
+  watcher.join(timeout=10)
+  assert not watcher.is_alive() and reports == []
 
 
 @pytest.mark.slow

@@ -5,6 +5,8 @@ Usage: python stall.py MODE MARKER_DIR
          MARKER_DIR/blocked exists (a restarted job goes through);
   slow:  worker 1's input sleeps 0.1 s a batch, and 4 s before its first batch
          (a first step slower than a short --stall_timeout);
+  slow_long: as slow, over the data 5 times (125 steps: long enough to be named
+         while it trains);
   heavy: worker 1's input computes for about 0.1 s a batch, in TensorFlow's own ops
          (no Python in the pipeline);
   plain: nothing in the input but the data (TF's profiler aborts now and then beside
@@ -37,7 +39,7 @@ def read(x):
   if mode == "block" and index == 1 and batches[0] == 9 and \
       not os.path.exists(os.path.join(marker_dir, "blocked")):
     wait_forever()
-  if mode == "slow" and index == 1:
+  if mode.startswith("slow") and index == 1:
     time.sleep(4.0 if batches[0] == 1 else 0.1)
   return x
 
@@ -59,9 +61,10 @@ x = np.random.default_rng(0).random((200, 4)).astype("float32")
 y = x.sum(axis=1, keepdims=True)
 options = tf.data.Options()
 options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).map(load).with_options(options)
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat(5 if mode == "slow_long" else 1)
+dataset = dataset.batch(8).map(load).with_options(options)
 with strategy.scope():
   model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
   model.compile(optimizer="sgd", loss="mse")
-model.fit(dataset, epochs=1, verbose=0)  # 25 steps, no epoch boundary in between.
+model.fit(dataset, epochs=1, verbose=0)  # 25 steps (125), no epoch boundary in between.
 print("final weights", float(tf.reduce_sum(model.trainable_variables[0])), flush=True)

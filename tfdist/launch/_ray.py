@@ -79,6 +79,9 @@ NOT_STARTED_EXIT_CODE = 127
 ANSWER_SECONDS = 10.0
 # Seconds between two looks at whether a shrunk job's workers have room again.
 GROW_CHECK_SECONDS = 2.0
+# Seconds between two copies of each task's row of step times from its node to the
+# launcher, and between two looks there for a straggler while the job trains.
+ROWS_SECONDS = 2.0
 # Variables of the launcher's environment a task gets on its node; the rest of
 # its environment is the node's own (PATH, CUDA_VISIBLE_DEVICES that Ray sets).
 FORWARDED_PREFIXES = ("TF_", "TFDIST_", "KERAS_")
@@ -256,14 +259,19 @@ class TaskProcess:
       shutil.rmtree(self._result_folder, ignore_errors=True)
       self._result_folder = None
 
+  def rows(self) -> List[str]:
+    """The task's rows of step times so far (`tfdist task` keeps them in its folder), as text."""
+    if self._joined_folder is None:
+      return []
+    return [step_times.to_text(row) for row in step_times.read(self._joined_folder)]
+
   def joined(self) -> Tuple[List[str], List[str]]:
     """The task's records of joining a collective (`tfdist.launch._trains_alone`), and its rows
-    of step times (`tfdist task` keeps them there), as text; the folder is removed here."""
+    of step times, as text; the folder is removed here."""
     if self._joined_folder is None:
       return [], []
     try:
-      return (trains_alone.records(self._joined_folder),
-              [step_times.to_text(row) for row in step_times.read(self._joined_folder)])
+      return trains_alone.records(self._joined_folder), self.rows()
     finally:
       shutil.rmtree(self._joined_folder, ignore_errors=True)
       self._joined_folder = None
@@ -360,12 +368,17 @@ def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
   for sig in (signal.SIGTERM, signal.SIGINT):
     signal.signal(sig, lambda signum, frame: received.append(signum))
   passed = 0
+  folder = environ.get(trains_alone.JOINED_DIR_ENV)
+  rows_due = time.monotonic() + ROWS_SECONDS
   while True:
     while passed < len(received):
       actor.signal.remote(received[passed])
       passed += 1
     try:
       lines, code = ray.get(actor.read.remote())
+      if folder and time.monotonic() >= rows_due:  # For the launcher's straggler line.
+        rows_due = time.monotonic() + ROWS_SECONDS
+        _copy_rows(ray, actor, task, folder)
     except ray.exceptions.RayActorError as e:  # Its node, or its worker process, is gone.
       output.write(f"tfdist: {task} was lost with its Ray actor (its node left the cluster, "
                    f"or its worker died): {str(e).splitlines()[0]}\n")
@@ -377,6 +390,20 @@ def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
     if code is not None:
       return hand_back(ray.get, actor, task, code, environ, output,
                        result_file if reports else None)
+
+
+def _copy_rows(ray, actor, task: str, folder: str) -> None:
+  """Copies `task`'s row of step times from its actor into the launcher's `folder`.
+
+  A lost actor is the caller's to report; any other failure costs one copy of a
+  line that is only informative, never the task.
+  """
+  try:
+    watchdog.keep_rows(_rows(ray.get(actor.rows.remote()), task), folder)
+  except ray.exceptions.RayActorError:
+    raise
+  except ray.exceptions.RayError as error:
+    logger.debug("tfdist: %s's step times did not reach the launcher: %s", task, error)
 
 
 def _rows(texts, task: str) -> List[step_times.TaskSteps]:
@@ -416,6 +443,38 @@ def hand_back(get, actor, task: str, code: int, environ: Mapping[str, str], outp
                  f"handing back its result and records: {str(e).splitlines()[0]}\n")
     output.flush()
   return code
+
+
+def newly_named(rows: Sequence[step_times.TaskSteps],
+                named: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+  """(the straggler line to print or None, the task named so far) for the tasks' `rows`.
+
+  A task is named once: again only after another task was named in between.
+  """
+  line = step_times.straggler(rows)
+  task = line.split(" ", 1)[0] if line else None
+  if task is None or task == named:
+    return None, named
+  return line, task
+
+
+def name_stragglers(folder: str, done: threading.Event, report,
+                    seconds: float = ROWS_SECONDS) -> None:
+  """Until `done`: names a task markedly slower than the rest among the rows in `folder`.
+
+  The tasks' nodes share no folder, so no chief can read the other tasks' rows as
+  under a local launch or SLURM: each task's local process copies its row here
+  (`run_task`), and the launcher names the straggler (`newly_named`; `report`
+  writes the line).
+  """
+  named = None
+  while not done.wait(seconds):
+    try:
+      line, named = newly_named(step_times.read(folder), named)
+      if line:
+        report(line)
+    except Exception as error:  # pylint: disable=broad-except  A note never stops the job.
+      logger.debug("tfdist: no straggler line: %s", error)
 
 
 class RayLauncher(launcher_lib.Launcher):
@@ -517,8 +576,16 @@ class RayLauncher(launcher_lib.Launcher):
       with trains_alone.joined_folder(env) as joined_dir:
         cluster = _Cluster(command, env, output, self.grace_period, placement,
                            self.data_work_dir)
-        code = cluster.run(self.timeout, self.max_restarts)
-        summary = watchdog.step_summary(joined_dir)  # The rows the tasks' actors handed back.
+        trained = threading.Event()
+        namer = threading.Thread(target=name_stragglers, name="tfdist-stragglers",
+                                 args=(joined_dir, trained, cluster.report), daemon=True)
+        namer.start()
+        try:
+          code = cluster.run(self.timeout, self.max_restarts)
+        finally:
+          trained.set()
+          namer.join(timeout=10)  # Its last line comes before the table.
+        summary = watchdog.step_summary(joined_dir)  # The last rows the tasks' actors sent.
         if summary:
           cluster.report(summary)
         return trains_alone.job_end(code, joined_dir, env, cluster.report)
@@ -556,6 +623,12 @@ class _Cluster(supervision.Cluster):
 
   def prepare_attempt(self) -> None:
     if self.attempt:
+      # The last attempt's rows would be compared with the new one's (and a worker the
+      # job went on without would stay in the table).
+      folder = self.env.get(trains_alone.JOINED_DIR_ENV, "")
+      for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        if name.endswith(step_times.STEPS_SUFFIX):
+          os.remove(os.path.join(folder, name))
       shrunk = self.placement.place()
       self.spec = self.placement.spec()
       self.data_service = self.placement.data_service(self.data_work_dir)
