@@ -30,13 +30,6 @@ gc.freeze()
 
 
 @pytest.fixture(autouse=True)
-def garbage_collected():
-  """Frees each test's garbage after it (see the freeze above)."""
-  yield
-  gc.collect()
-
-
-@pytest.fixture(autouse=True)
 def no_leaked_environment():
   """Fails a test that changes os.environ without restoring it (TF_CONFIG above all)."""
   before = dict(os.environ)
@@ -47,3 +40,11 @@ def no_leaked_environment():
   leaked -= {"TF2_BEHAVIOR", "GRPC_FAIL_FAST", "PYTEST_CURRENT_TEST", "KMP_DUPLICATE_LIB_OK",
              "KMP_INIT_AT_FORK"}
   assert not leaked, f"test leaked environment variables: {sorted(leaked)}"
+
+
+@pytest.fixture(autouse=True)
+def garbage_collected():
+  """Frees each test's garbage after it (see the freeze above), before the environment check:
+  a finalizer that restores a variable runs first."""
+  yield
+  gc.collect()

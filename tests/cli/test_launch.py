@@ -46,13 +46,14 @@ def test_a_task_aborted_under_profile_is_told_what_tensorflows_profiler_does(tmp
   # crash, hit at random): an abort stands in for it, the launch names the known cause.
   result = helpers.run(helpers.tfdist_cli(
       "launch", "--workers=1", "--profile=1-2", f"--profile_dir={tmp_path / 'profile'}", "--",
-      *helpers.python("-c", "import os; os.abort()")), timeout=120)
+      *helpers.python("-c", "import os; os.abort()")), timeout=120, cwd=str(tmp_path))
   assert result.returncode == 134, result.stdout[-3000:]
   assert ("[tfdist launch] a task ended with SIGABRT or SIGSEGV in a job traced with --profile: "
           "TensorFlow 2.21's profiler can corrupt") in result.stdout, result.stdout[-3000:]
-  assert result.stdout.rstrip().endswith("Received: exit code -6"), result.stdout[-3000:]
+  assert result.stdout.rstrip().endswith("Received: exit code 134"), result.stdout[-3000:]
   plain = helpers.run(helpers.tfdist_cli(
-      "launch", "--workers=1", "--", *helpers.python("-c", "import os; os.abort()")), timeout=120)
+      "launch", "--workers=1", "--", *helpers.python("-c", "import os; os.abort()")), timeout=120,
+      cwd=str(tmp_path))
   assert plain.returncode == 134
   assert "profiler" not in plain.stdout  # Only a traced job is told of it.
 

@@ -161,7 +161,8 @@ def test_every_task_is_profiled_into_one_log_directory_with_its_table(tmp_path):
   for _ in range(3):
     shutil.rmtree(profile_dir, ignore_errors=True)
     result = helpers.run(helpers.tfdist_cli(
-        "launch", "--workers=2", "--profile=3-5", f"--profile_dir={profile_dir}", "--",
+        "launch", "--workers=2", "--profile=3-5", f"--profile_dir={profile_dir}",
+        "--timeout=120", "--",
         *helpers.python(os.path.join(helpers.SCRIPTS, "stall.py"), "plain", str(tmp_path))),
         timeout=240)
     if not (result.returncode in (134, 139) and "profiler can corrupt" in result.stdout):

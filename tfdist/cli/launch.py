@@ -172,10 +172,11 @@ def main(argv):
       _print_profile_summary(profile_dir)
     if code in _CRASHED:
       print("[tfdist launch] a task ended with SIGABRT or SIGSEGV in a job traced with "
-            "--profile: TensorFlow 2.21's profiler can corrupt a multi-worker task's memory when "
-            "it collects the trace (docs/known_issues.md, \"TF's profiler in a multi-worker "
-            "job\"). Run the job again, or trace fewer steps; under --max_restarts it resumes "
-            f"from its backup. Received: exit code {code}")
+            "--profile: TensorFlow 2.21's profiler can corrupt a task's memory when it collects "
+            "the trace of a multi-worker job (docs/known_issues.md, \"TF's profiler in a "
+            "multi-worker job\"). Run the job again, or trace fewer steps; a job that keeps a "
+            "backup resumes from it under --max_restarts. Received: exit code "
+            f"{code if code >= 0 else 128 - code}")
   # A task killed by signal N exits the launcher with 128 + N, as shells do.
   return code if code >= 0 else 128 - code
 
