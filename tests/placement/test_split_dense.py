@@ -66,6 +66,9 @@ def test_each_slice_lives_and_computes_on_its_device(split):
 
 
 def test_trains_under_fit_as_the_unsplit_model_does():
+  # Seeded: from some initial weights the first epoch already fits well, and the loss
+  # cannot halve after it (a CI run started at 0.35 and ended at 0.20).
+  keras.utils.set_random_seed(0)
   rng = np.random.default_rng(0)
   x = rng.normal(size=(64, 6)).astype("float32")
   y = np.tanh(x @ rng.normal(size=(6, 1))).astype("float32")
