@@ -163,6 +163,8 @@ def main(argv):
   except ValueError as e:
     print(f"tfdist launch: {e}", file=sys.stderr)
     return 2
+  # A task killed by signal N exits the launcher with 128 + N, as shells do.
+  exit_code = code if code >= 0 else 128 - code
   if profile_dir:
     runs = sorted(os.listdir(profile_dir)) if os.path.isdir(profile_dir) else []
     print(f"[tfdist launch] profile of steps {_PROFILE.value}: {profile_dir}, one run per task: "
@@ -170,19 +172,17 @@ def main(argv):
           f"--logdir {profile_dir}` (pip install tensorboard tensorboard-plugin-profile) or xprof.")
     if runs:
       _print_profile_summary(profile_dir)
-    if code in _CRASHED:
+    if exit_code in _CRASHED:
       print("[tfdist launch] a task ended with SIGABRT or SIGSEGV in a job traced with "
             "--profile: TensorFlow 2.21's profiler can corrupt a task's memory when it collects "
             "the trace of a multi-worker job (docs/known_issues.md, \"TF's profiler in a "
             "multi-worker job\"). Run the job again, or trace fewer steps; a job that keeps a "
-            "backup resumes from it under --max_restarts. Received: exit code "
-            f"{code if code >= 0 else 128 - code}")
-  # A task killed by signal N exits the launcher with 128 + N, as shells do.
-  return code if code >= 0 else 128 - code
+            f"backup resumes from it under --max_restarts. Received: exit code {exit_code}")
+  return exit_code
 
 
-# A task killed by SIGABRT or SIGSEGV: as the launcher's code (-N) or a shell's (128 + N).
-_CRASHED = (-signal.SIGABRT, -signal.SIGSEGV, 128 + signal.SIGABRT, 128 + signal.SIGSEGV)
+# A task killed by SIGABRT or SIGSEGV, as the launch's exit code (128 + N).
+_CRASHED = (128 + signal.SIGABRT, 128 + signal.SIGSEGV)
 
 
 def _profile_environment():
