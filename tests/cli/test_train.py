@@ -124,14 +124,19 @@ def test_an_in_process_cluster_runs_in_a_private_network():
     for line in process.stdout:
       if "the in-process cluster runs in a private loopback-only network" in line:
         break
-    child = _descendant_with_env(process.pid, b"TFDIST_IN_PRIVATE_NETWORK=1")
+    child = _python_child_with_env(process.pid, b"TFDIST_IN_PRIVATE_NETWORK=1")
     assert os.readlink(f"/proc/{child}/ns/net") != os.readlink("/proc/self/ns/net")
     output = process.communicate(timeout=300)[0]
   assert process.returncode == 0, output[-3000:]
   assert "strategy=parameter_server" in output
 
 
-def _descendant_with_env(root: int, entry: bytes, seconds: float = 60) -> int:
+def _python_child_with_env(root: int, entry: bytes, seconds: float = 60) -> int:
+  """The child of `root` with `entry` in its environment, once it runs Python.
+
+  The child starts as nsenter, still in this network, and joins the namespace
+  before it execs Python: a CI run read its network in that gap.
+  """
   deadline = time.monotonic() + seconds
   while time.monotonic() < deadline:
     for name in filter(str.isdigit, os.listdir("/proc")):
@@ -141,9 +146,10 @@ def _descendant_with_env(root: int, entry: bytes, seconds: float = 60) -> int:
             continue
         with open(f"/proc/{name}/stat") as f:
           parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        program = os.path.basename(os.readlink(f"/proc/{name}/exe"))
       except OSError:
         continue
-      if parent == root:
+      if parent == root and program.startswith("python"):
         return int(name)
     time.sleep(0.2)
   raise AssertionError(f"no child of {root} with {entry!r}")
