@@ -133,6 +133,8 @@ INVENTORY = {
     "tf.__internal__.distribute.ShardedVariable",
     "keras._tfll_initialized", "keras._tfll_keras_version",
     "Dataset._as_serialized_graph",
+    # The coordination service's key-value store (set/get/delete_config_key_value).
+    "tensorflow.python.eager.context", "Context._initialized",
     # tf_keras.py
     "tf_keras.src.engine.base_layer",
     "BackupAndRestore._supported_strategies", "BackupAndRestore._training_state",

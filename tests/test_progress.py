@@ -148,3 +148,15 @@ def test_the_chief_names_a_straggler_whose_row_is_in_the_shared_folder(tmp_path)
   assert "worker:1 is markedly slower than the other tasks (200.0 ms a step against " \
       in result.stdout + result.stderr, \
       result.stdout + result.stderr
+
+
+def test_the_chief_reads_the_published_rows_of_the_other_stepping_tasks_only():
+  cluster = {"chief": ["c:1"], "worker": ["w:1", "w:2"], "evaluator": ["e:1"]}
+  assert progress._peers({"cluster": cluster}, "chief:0") == ("worker:0", "worker:1")
+  assert progress._peers({"cluster": cluster}, "worker:1") == ("chief:0", "worker:0")
+  # Under parameter servers only the chief steps; a cluster TF would refuse has none.
+  assert progress._peers({"cluster": {**cluster, "ps": ["p:1"]}}, "chief:0") == ()
+  assert progress._peers({"cluster": {"worker": {"x": "w:1"}}}, "chief:0") == ()
+  # A sparse cluster (TF_CONFIG's task-index dict) names its tasks by index.
+  assert progress._peers({"cluster": {"worker": {"0": "w:1", "3": "w:4"}}}, "worker:0") == (
+      "worker:3",)

@@ -100,3 +100,12 @@ def test_a_row_carried_as_text_reads_back_and_a_forged_one_does_not():
                '["worker:1"]', "not json"):
     with pytest.raises(ValueError):
       step_times.from_text(text)
+
+
+def test_rows_from_another_machine_are_kept_only_as_their_own_tasks():
+  # A Ray actor's rows, a row published in TF's coordination service: each speaks for one task.
+  own = step_times.summarize("worker:1", 6, [0.1] * 6)
+  other = step_times.summarize("worker:0", 6, [0.9] * 6)  # Another task's, forged.
+  texts = [step_times.to_text(other), step_times.to_text(own), "[" * 100_000, 7]
+  assert step_times.rows_of(texts, "worker:1") == [own]
+  assert step_times.rows_of("not a list", "worker:1") == []

@@ -130,6 +130,23 @@ def from_text(text: str) -> TaskSteps:
   return _row(fields, task.replace(":", "-"))
 
 
+def rows_of(texts, task: str) -> List[TaskSteps]:
+  """`task`'s rows among `texts` (`to_text` lines from another machine): anything else is left out.
+
+  A task speaks for itself only: a row naming another task is dropped, as is
+  text that is not a row (not JSON, deep nesting, not a list of lines).
+  """
+  rows = []
+  for text in texts if isinstance(texts, list) else []:
+    try:
+      row = from_text(text)
+    except (TypeError, ValueError, AttributeError, RecursionError):
+      continue
+    if row.task == task:
+      rows.append(row)
+  return rows
+
+
 def read(directory: str) -> List[TaskSteps]:
   """Every task's row in `directory`, by task.
 

@@ -71,6 +71,14 @@ PROFILE_DIR_ENV = "TFDIST_PROFILE_DIR"
 # progress directory of its own (`tfdist task` on SLURM: the job's records
 # folder, which the nodes share): the chief reads them there too.
 STEPS_SHARED_ENV = "TFDIST_STEPS_SHARED_DIR"
+# "1" where the tasks share no folder (`tfdist task` in Kubernetes pods): each
+# task's row goes to TensorFlow's coordination service as it trains, and the
+# chief reads the other tasks' rows there at each epoch's end.
+STEPS_PUBLISHED_ENV = "TFDIST_STEPS_PUBLISHED"
+# The key of a task's row in the coordination service's store.
+STEPS_KEY = "tfdist/steps/{task}"
+# How long the chief waits for one task's row, and for all of them, at an epoch's end.
+READ_ROW_MS, READ_ROWS_SECONDS = 50, 2.0
 # "0": no input stamp (`stamped_input`): step times only, none of its cost per element.
 INPUT_WAIT_ENV = "TFDIST_INPUT_WAIT"
 PROGRESS_SUFFIX = ".progress"
@@ -117,6 +125,8 @@ class _Reporter:
     self.stem: Optional[str] = None  # This task's files: directory/stem.*
     self.chief = False  # This task names the stragglers at each epoch's end.
     self.shared: Optional[str] = None  # STEPS_SHARED_ENV: the other tasks' rows.
+    self.publishing = False  # STEPS_PUBLISHED_ENV: this task's row goes to the service.
+    self.peers: Tuple[str, ...] = ()  # The tasks whose published rows the chief reads.
     self.last: Optional[float] = None  # When the last step ended; None after a boundary.
     self.step_seconds = collections.deque(maxlen=step_times.WINDOW)
     self.input_seconds = collections.deque(maxlen=step_times.WINDOW)
@@ -144,7 +154,8 @@ class _Reporter:
       line = f"{os.getpid()} {self.steps} {self.events} {phase} {mean:.6f}"
       os.pwrite(self.fd, line.ljust(_LINE_WIDTH - 1).encode() + b"\n", 0)
       if now >= self.next_write or phase == END:
-        self.write_steps(now)
+        # Not at the end: the service's leader may be gone, and a call to it would wait.
+        self.write_steps(now, publish=phase != END)
 
   def _time(self, now: float, steps: int, phase: str) -> None:
     """Notes the step time and input wait of `steps` steps that just ended."""
@@ -171,18 +182,34 @@ class _Reporter:
     return step_times.summarize(task_name(os.path.basename(self.stem)), self.steps,
                                 self.step_seconds, self.input_seconds)
 
-  def write_steps(self, now: float) -> None:
-    """Writes `summary()` beside the progress file, whole (a reader never sees half)."""
+  def write_steps(self, now: float, publish: bool = True) -> None:
+    """Writes `summary()` beside the progress file, whole (a reader never sees half).
+
+    `publish`: and into the coordination service, where this task publishes.
+    """
     self.next_write = now + step_times.WRITE_SECONDS
     if self.fd is None or self.stem is None:
       return
     path = self.stem + step_times.STEPS_SUFFIX
+    text = step_times.to_text(self.summary())
     try:
       with open(path + ".new", "w", encoding="utf-8") as f:
-        f.write(step_times.to_text(self.summary()))
+        f.write(text)
       os.replace(path + ".new", path)
     except OSError:
       pass  # The launcher removed its directory: the job is ending.
+    if publish and self.publishing and not self.chief:  # The chief reads, from the others.
+      self._publish(text)
+
+  def _publish(self, text: str) -> None:
+    """Puts this task's row in the coordination service (about 1 ms), once a strategy started it."""
+    from tfdist.internals import tensorflow as tf_internals  # TensorFlow is imported by now.
+    try:
+      tf_internals.publish(STEPS_KEY.format(task=self.summary().task), text)
+    except Exception as error:  # pylint: disable=broad-except  A report never stops training.
+      self.publishing = False
+      logger.warning("tfdist: this task's step times no longer reach the chief (TensorFlow's "
+                     "coordination service refused them): %r", error)
 
 
   def _profile(self) -> None:
@@ -254,6 +281,8 @@ def epoch_end() -> None:
       if _reporter.shared:  # A task's own directory holds its newest row.
         own = {row.task for row in rows}
         rows += [row for row in step_times.read(_reporter.shared) if row.task not in own]
+      if _reporter.publishing:
+        rows += _published_rows(_reporter.peers)
       line = step_times.straggler(rows)
       if line:
         logger.warning("tfdist: %s", line)
@@ -317,6 +346,19 @@ def training_end() -> None:
     _reporter.profiling, _reporter.profile = False, None
 
 
+def _published_rows(tasks) -> list:
+  """The rows `tasks` published in the coordination service: each that reads as its own."""
+  from tfdist.internals import tensorflow as tf_internals  # TensorFlow is imported by now.
+  rows = []
+  deadline = time.monotonic() + READ_ROWS_SECONDS
+  for task in tasks:
+    if time.monotonic() >= deadline:
+      break  # A job of many tasks that published nothing yet: the next epoch reads them.
+    text = tf_internals.published(STEPS_KEY.format(task=task), READ_ROW_MS)
+    rows += step_times.rows_of([text] if text else [], task)
+  return rows
+
+
 def steps_done() -> int:
   """Steps reported in this process so far."""
   return _reporter.steps
@@ -359,6 +401,9 @@ def install_from_env(environ=None) -> bool:
     return False
   _reporter.stamping = environ.get(INPUT_WAIT_ENV, "1") != "0"
   _reporter.shared = environ.get(STEPS_SHARED_ENV) or None
+  _reporter.peers = _peers(tf_config, f"{task['type']}:{int(task['index'])}")
+  # Under parameter servers only the chief steps: there is no other row to read.
+  _reporter.publishing = environ.get(STEPS_PUBLISHED_ENV) == "1" and bool(_reporter.peers)
   if environ.get(PROFILE_ENV) and environ.get(PROFILE_DIR_ENV):
     try:
       first, last = parse_steps(environ[PROFILE_ENV])
@@ -382,9 +427,26 @@ def install_from_env(environ=None) -> bool:
   if environ is os.environ:
     # This process reports for the task: a Python process it starts (a helper
     # script, a multiprocessing worker) must not take the task's files over.
-    for name in (PROGRESS_DIR_ENV, PROFILE_ENV, PROFILE_DIR_ENV, STEPS_SHARED_ENV):
+    for name in (PROGRESS_DIR_ENV, PROFILE_ENV, PROFILE_DIR_ENV, STEPS_SHARED_ENV,
+                 STEPS_PUBLISHED_ENV):
       os.environ.pop(name, None)
   return bool(directory) or _reporter.profile is not None
+
+
+def _peers(tf_config, own: str) -> Tuple[str, ...]:
+  """The other tasks of a synchronous job that step ("chief" and "worker"); none under PS."""
+  cluster = tf_config.get("cluster") or {}
+  if not isinstance(cluster, dict) or cluster.get("ps"):
+    return ()
+  tasks = []
+  try:
+    for task_type in ("chief", "worker"):
+      addresses = cluster.get(task_type) or []
+      indices = addresses if isinstance(addresses, dict) else range(len(addresses))
+      tasks += [f"{task_type}:{int(index)}" for index in indices]
+  except (TypeError, ValueError):  # Not a cluster TensorFlow would take: it fails there.
+    return ()
+  return tuple(task for task in tasks if task != own)
 
 
 def keras_callbacks(base: type) -> list:

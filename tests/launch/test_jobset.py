@@ -75,3 +75,23 @@ def test_a_trainjob_of_a_chief_a_worker_and_a_ps_trains_to_the_end(tmp_path):
                    stdout, re.M), stdout[-3000:]
   losses = _results(stdout)["digits-node-0-0"]["losses"]
   assert losses[-1] < losses[0], losses
+
+
+@pytest.mark.slow
+def test_the_chief_pod_names_a_straggler_from_the_rows_the_pods_publish(tmp_path):
+  # The pods share no folder: each task's row reaches the chief through TF's coordination service.
+  docs = jobset.jobset(
+      Job(workers=2),
+      ["python", os.path.join(helpers.SCRIPTS, "stall.py"), "slow", str(tmp_path)],
+      kubernetes.ManifestOptions(name="digits", image="img:1", max_restarts=0))
+  rehearsal = kubernetes_pods.Rehearsal(docs).start(str(tmp_path))
+  try:
+    stdout = rehearsal.finish(timeout=240)
+  finally:
+    rehearsal.stop()
+  assert rehearsal.process.returncode == 0, stdout[-3000:]
+  assert re.search(r"^\[digits-worker-0-0\] tfdist: worker:1 holds the others back, waiting for "
+                   r"its input \(\d+% of its steps; ", stdout, re.M), stdout[-3000:]
+  # Each pod prints only its own row at its end: the launcher is not there to gather them.
+  for pod, task in (("digits-worker-0-0", "worker:0"), ("digits-worker-0-1", "worker:1")):
+    assert re.search(rf"^\[{pod}\] {task} +25 ", stdout, re.M), stdout[-3000:]

@@ -493,12 +493,3 @@ def test_an_actors_folders_go_when_it_is_sigkilled(tmp_path):
   while folder.exists() and time.monotonic() < deadline:
     time.sleep(0.05)
   assert not folder.exists()
-
-
-def test_an_actor_hands_back_only_its_own_tasks_rows():
-  from tfdist import _step_times as step_times
-  own = step_times.summarize("worker:1", 6, [0.1] * 6)
-  other = step_times.summarize("worker:0", 6, [0.9] * 6)  # Another task's, forged.
-  texts = [step_times.to_text(other), step_times.to_text(own), "[" * 100_000, 7]
-  assert launch._ray._rows(texts, "worker:1") == [own]
-  assert launch._ray._rows("not a list", "worker:1") == []

@@ -5,6 +5,7 @@ use needs, and the public issue behind it, is in docs/known_issues.md.
 """
 
 import contextlib
+import functools
 import os
 import sys
 from typing import Iterator, Optional, Sequence, Tuple
@@ -192,3 +193,65 @@ def chief_file(filepath: str, strategy) -> Iterator[str]:
   dirpath = os.path.dirname(filepath)
   with chief_dir(dirpath, strategy) as write_dir:
     yield os.path.join(write_dir, os.path.basename(filepath))
+
+
+# --- The coordination service's key-value store. MultiWorkerMirroredStrategy
+# and ParameterServerStrategy start TF's coordination service, whose store
+# every task of the job reaches over the job's own connections. It has no
+# public API: TF's own PreemptionCheckpointHandler uses these `context` methods
+# (tensorflow/python/distribute/failure_handling/failure_handling.py). tfdist
+# carries each task's row of step times through it where the tasks share no
+# folder (Kubernetes pods). Nothing is patched: there is nothing to undo.
+
+def _coordination_context():
+  """TF's eager context where a strategy started the coordination service, else None.
+
+  Never initializes the context itself: that would fix its configuration
+  before the user's strategy is made.
+  """
+  if "tensorflow" not in sys.modules:
+    return None
+  from tensorflow.python.eager import context
+  ctx = context.context_safe()
+  if ctx is None or not ctx._initialized or ctx.coordination_service is None:  # pylint: disable=protected-access
+    return None
+  return ctx if _store_tested(version()) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _store_tested(installed: Optional[versions.Version]) -> bool:
+  """Whether the store's use is tested with `installed` (a warning once, if not)."""
+  return versions.check("TensorFlow", installed, TESTED, "use of the coordination service's "
+                        "key-value store", "no public API; TF's PreemptionCheckpointHandler "
+                        "uses it")
+
+
+def coordination_service_up() -> bool:
+  """Whether this process's strategy started TF's coordination service (tested TFs only)."""
+  return _coordination_context() is not None
+
+
+def publish(key: str, value: str) -> bool:
+  """Sets `key` to `value` in the coordination service's store; whether the service is up.
+
+  The store refuses to insert a key it holds, so the old value goes first: a
+  reader between the two waits for the new one (`published`).
+  """
+  ctx = _coordination_context()
+  if ctx is None:
+    return False
+  ctx.delete_config_key_value(key)
+  ctx.set_config_key_value(key, value)
+  return True
+
+
+def published(key: str, timeout_ms: int) -> Optional[str]:
+  """The value of `key` in the coordination service's store; None if unset within `timeout_ms`."""
+  ctx = _coordination_context()
+  if ctx is None:
+    return None
+  import tensorflow as tf
+  try:
+    return ctx.get_config_key_value(key, timeout_in_ms=max(1, int(timeout_ms)))
+  except (tf.errors.DeadlineExceededError, tf.errors.NotFoundError):
+    return None

@@ -399,24 +399,11 @@ def _copy_rows(ray, actor, task: str, folder: str) -> None:
   line that is only informative, never the task.
   """
   try:
-    watchdog.keep_rows(_rows(ray.get(actor.rows.remote()), task), folder)
+    watchdog.keep_rows(step_times.rows_of(ray.get(actor.rows.remote()), task), folder)
   except ray.exceptions.RayActorError:
     raise
   except ray.exceptions.RayError as error:
     logger.debug("tfdist: %s's step times did not reach the launcher: %s", task, error)
-
-
-def _rows(texts, task: str) -> List[step_times.TaskSteps]:
-  """`task`'s rows of step times among `texts`, from another machine: anything else is left out."""
-  rows = []
-  for text in texts if isinstance(texts, list) else []:
-    try:
-      row = step_times.from_text(text)
-    except (TypeError, ValueError, AttributeError, RecursionError):
-      continue
-    if row.task == task:  # An actor speaks for its own task only.
-      rows.append(row)
-  return rows
 
 
 def hand_back(get, actor, task: str, code: int, environ: Mapping[str, str], output: TextIO,
@@ -437,7 +424,7 @@ def hand_back(get, actor, task: str, code: int, environ: Mapping[str, str], outp
       reply = get(actor.joined.remote())
       names, rows = reply if isinstance(reply, tuple) and len(reply) == 2 else ([], [])
       trains_alone.add_records(folder, names)
-      watchdog.keep_rows(_rows(rows, task), folder)
+      watchdog.keep_rows(step_times.rows_of(rows, task), folder)
   except ray.exceptions.RayActorError as e:
     output.write(f"tfdist: {task} exited with code {code}, then its Ray actor was lost before "
                  f"handing back its result and records: {str(e).splitlines()[0]}\n")
