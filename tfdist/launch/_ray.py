@@ -27,6 +27,7 @@ Ray's own `TensorflowTrainer` (Ray Train) gives each worker a worker-only
 here the cluster is whatever `tfdist launch` builds, with either Keras.
 """
 
+import contextlib
 import errno
 import json
 import logging
@@ -615,7 +616,8 @@ class _Cluster(supervision.Cluster):
       folder = self.env.get(trains_alone.JOINED_DIR_ENV, "")
       for name in os.listdir(folder) if os.path.isdir(folder) else []:
         if name.endswith(step_times.STEPS_SUFFIX):
-          os.remove(os.path.join(folder, name))
+          with contextlib.suppress(FileNotFoundError):  # A copy of the last attempt's, replaced.
+            os.remove(os.path.join(folder, name))
       shrunk = self.placement.place()
       self.spec = self.placement.spec()
       self.data_service = self.placement.data_service(self.data_work_dir)
