@@ -13,7 +13,9 @@ the launcher's user can read (mode 0700). The task site calls
 - keeps its recent step times and input waits, and writes their median and
   p95 to `<dir>/<task>.steps` once a second and at each epoch's end; at each
   epoch's end the chief names a task markedly slower than the others in its
-  log (`tfdist._step_times`).
+  log (`tfdist._step_times`). Where the tasks share no folder (Kubernetes
+  pods: `STEPS_PUBLISHED_ENV`), each task also publishes its row in
+  TensorFlow's coordination service, where the chief reads it.
 
 A step's input wait is measured for a `fit` whose input is a `tf.data.Dataset`:
 the task site passes its elements through a last `map` that notes when each
@@ -202,7 +204,7 @@ class _Reporter:
       self._publish(text)
 
   def _publish(self, text: str) -> None:
-    """Puts this task's row in the coordination service (about 1 ms), once a strategy started it."""
+    """Puts this task's row in the coordination service (under 1 ms), once a strategy started it."""
     from tfdist.internals import tensorflow as tf_internals  # TensorFlow is imported by now.
     try:
       tf_internals.publish(STEPS_KEY.format(task=self.summary().task), text)
