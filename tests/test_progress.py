@@ -160,3 +160,20 @@ def test_the_chief_reads_the_published_rows_of_the_other_stepping_tasks_only():
   # A sparse cluster (TF_CONFIG's task-index dict) names its tasks by index.
   assert progress._peers({"cluster": {"worker": {"0": "w:1", "3": "w:4"}}}, "worker:0") == (
       "worker:3",)
+
+
+@pytest.mark.parametrize("published, cluster, expected", [
+    ("1", {"worker": ["a:1", "b:2"]}, True),
+    ("0", {"worker": ["a:1", "b:2"]}, False),  # The user turned it off.
+    (None, {"worker": ["a:1", "b:2"]}, False),  # A local launch: one folder holds every row.
+    ("1", {"chief": ["c:1"], "worker": ["a:1"], "ps": ["p:1"]}, False),  # Only the chief steps.
+])
+def test_a_task_publishes_its_row_only_where_asked_and_where_others_step(
+    monkeypatch, published, cluster, expected):
+  for name in ("publishing", "peers", "shared", "stamping", "profile"):
+    monkeypatch.setattr(progress._reporter, name, getattr(progress._reporter, name))
+  environ = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})}
+  if published is not None:
+    environ[progress.STEPS_PUBLISHED_ENV] = published
+  progress.install_from_env(environ)  # No progress directory: nothing is installed.
+  assert progress._reporter.publishing is expected

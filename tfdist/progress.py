@@ -73,14 +73,16 @@ PROFILE_DIR_ENV = "TFDIST_PROFILE_DIR"
 # progress directory of its own (`tfdist task` on SLURM: the job's records
 # folder, which the nodes share): the chief reads them there too.
 STEPS_SHARED_ENV = "TFDIST_STEPS_SHARED_DIR"
-# "1" where the tasks share no folder (`tfdist task` in Kubernetes pods): each
-# task's row goes to TensorFlow's coordination service as it trains, and the
-# chief reads the other tasks' rows there at each epoch's end.
+# "1" where the tasks share no folder (`tfdist task` in Kubernetes pods, unless
+# the user set "0"): each task's row goes to TensorFlow's coordination service
+# as it trains, and the chief reads the other tasks' rows there at each
+# epoch's end.
 STEPS_PUBLISHED_ENV = "TFDIST_STEPS_PUBLISHED"
 # The key of a task's row in the coordination service's store.
 STEPS_KEY = "tfdist/steps/{task}"
-# How long the chief waits for one task's row, and for all of them, at an epoch's end.
-READ_ROW_MS, READ_ROWS_SECONDS = 50, 2.0
+# How long the chief waits for one task's row (a publish deletes the old row before it
+# inserts the new one: a read between waits), and for all of them, at an epoch's end.
+READ_ROW_MS, READ_ROWS_SECONDS = 500, 2.0
 # "0": no input stamp (`stamped_input`): step times only, none of its cost per element.
 INPUT_WAIT_ENV = "TFDIST_INPUT_WAIT"
 PROGRESS_SUFFIX = ".progress"
@@ -128,6 +130,7 @@ class _Reporter:
     self.chief = False  # This task names the stragglers at each epoch's end.
     self.shared: Optional[str] = None  # STEPS_SHARED_ENV: the other tasks' rows.
     self.publishing = False  # STEPS_PUBLISHED_ENV: this task's row goes to the service.
+    self.publisher: Optional["_Publisher"] = None  # Started at the first publish.
     self.peers: Tuple[str, ...] = ()  # The tasks whose published rows the chief reads.
     self.last: Optional[float] = None  # When the last step ended; None after a boundary.
     self.step_seconds = collections.deque(maxlen=step_times.WINDOW)
@@ -201,17 +204,9 @@ class _Reporter:
     except OSError:
       pass  # The launcher removed its directory: the job is ending.
     if publish and self.publishing and not self.chief:  # The chief reads, from the others.
-      self._publish(text)
-
-  def _publish(self, text: str) -> None:
-    """Puts this task's row in the coordination service (under 1 ms), once a strategy started it."""
-    from tfdist.internals import tensorflow as tf_internals  # TensorFlow is imported by now.
-    try:
-      tf_internals.publish(STEPS_KEY.format(task=self.summary().task), text)
-    except Exception as error:  # pylint: disable=broad-except  A report never stops training.
-      self.publishing = False
-      logger.warning("tfdist: this task's step times no longer reach the chief (TensorFlow's "
-                     "coordination service refused them): %r", error)
+      if self.publisher is None:
+        self.publisher = _Publisher(STEPS_KEY.format(task=self.summary().task))
+      self.publisher.offer(text)
 
 
   def _profile(self) -> None:
@@ -227,6 +222,43 @@ class _Reporter:
       tf.profiler.experimental.stop()
       self.profiling = False
       self.profile = None  # Once.
+
+
+class _Publisher:
+  """Puts this task's newest row in the coordination service, from a thread of its own.
+
+  A publish takes under a millisecond, but TensorFlow gives the store's insert
+  and delete no deadline: with the service's leader gone, the training thread
+  would wait on them instead of failing in its collective.
+  """
+
+  def __init__(self, key: str):
+    self.key = key
+    self.lock = threading.Lock()
+    self.text: Optional[str] = None  # The newest row not yet published.
+    self.ready = threading.Event()
+    threading.Thread(target=self._run, name="tfdist-steps-publisher", daemon=True).start()
+
+  def offer(self, text: str) -> None:
+    with self.lock:
+      self.text = text
+    self.ready.set()
+
+  def _run(self) -> None:
+    from tfdist.internals import tensorflow as tf_internals  # TensorFlow is imported by now.
+    while True:
+      self.ready.wait()
+      self.ready.clear()
+      with self.lock:
+        text, self.text = self.text, None
+      if text is None:
+        continue
+      try:
+        tf_internals.publish(self.key, text)
+      except Exception as error:  # pylint: disable=broad-except  A report never stops training.
+        logger.warning("tfdist: this task's step times no longer reach the chief (TensorFlow's "
+                       "coordination service refused them): %r", error)
+        return
 
 
 _reporter = _Reporter()

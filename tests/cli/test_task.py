@@ -104,3 +104,15 @@ def test_a_command_that_fails_leaves_its_code_and_one_that_is_stopped_none(tmp_p
     process.wait(timeout=30)
   assert process.returncode == -signal.SIGTERM
   assert first_failure.first(str(tmp_path)) is None
+
+
+def test_a_pod_publishes_its_step_times_unless_the_user_turned_that_off():
+  # Pods share no folder: the rows meet in TF's coordination service (tfdist.progress).
+  # The command runs watched (2 training tasks), as every pod of a multi-worker job does.
+  # A shell, not Python: the task site takes the variables out of a Python task's environment.
+  show = ["sh", "-c", "echo PUBLISHED=$TFDIST_STEPS_PUBLISHED SHARED=$TFDIST_STEPS_SHARED_DIR"]
+  for given, expected in ((None, "PUBLISHED=1 SHARED=\n"), ("0", "PUBLISHED=0 SHARED=\n")):
+    env = dict(POD, **({} if given is None else {"TFDIST_STEPS_PUBLISHED": given}))
+    result = helpers.run(helpers.tfdist_cli("task", "--", *show), timeout=60, env=env)
+    assert result.returncode == 0, result.stdout
+    assert expected in result.stdout, result.stdout

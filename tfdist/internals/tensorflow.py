@@ -235,7 +235,9 @@ def publish(key: str, value: str) -> bool:
   """Sets `key` to `value` in the coordination service's store; whether the service is up.
 
   The store refuses to insert a key it holds, so the old value goes first: a
-  reader between the two waits for the new one (`published`).
+  reader between the two waits for the new one (`published`). Neither call
+  has a deadline in TensorFlow: with the service's leader unreachable, this
+  waits (`tfdist.progress` calls it from a thread of its own).
   """
   ctx = _coordination_context()
   if ctx is None:
@@ -253,5 +255,5 @@ def published(key: str, timeout_ms: int) -> Optional[str]:
   import tensorflow as tf
   try:
     return ctx.get_config_key_value(key, timeout_in_ms=max(1, int(timeout_ms)))
-  except (tf.errors.DeadlineExceededError, tf.errors.NotFoundError):
+  except tf.errors.OpError:  # Not set in time, or the service is failing: no value to read.
     return None

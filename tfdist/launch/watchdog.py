@@ -336,16 +336,18 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
   ends (a SLURM job's records folder, which its nodes share); the command's
   chief reads the other tasks' rows there at each epoch's end. Without one
   (pods), each task's row goes to TensorFlow's coordination service, where
-  the chief reads it (`tfdist.progress.STEPS_PUBLISHED_ENV`).
+  the chief reads it (`tfdist.progress.STEPS_PUBLISHED_ENV`; "0" in `env` turns
+  that off).
   """
   directory = make_directory()
   try:
     # In this wrapper's process group: a launcher that kills the group (Ray's actor,
     # even by SIGKILL) takes the command and whatever it started with it. A signal
     # to the wrapper alone (a pod's PID 1) is passed on to the command.
-    # Where the tasks share no folder (pods), their rows meet in TF's coordination service.
+    # Where the tasks share no folder (pods), their rows meet in TF's coordination
+    # service, unless the user turned that off ("0").
     shared = ({progress.STEPS_SHARED_ENV: keep_steps_in} if keep_steps_in else
-              {progress.STEPS_PUBLISHED_ENV: "1"})
+              {progress.STEPS_PUBLISHED_ENV: env.get(progress.STEPS_PUBLISHED_ENV, "1")})
     child = subprocess.Popen(list(command),
                              env={**env, progress.PROGRESS_DIR_ENV: directory, **shared},
                              preexec_fn=preexec_fn)
