@@ -88,10 +88,9 @@ def _job(calls: int, published: bool):
   return worker, chief
 
 
-def _median_p95_ms(values):
-  ordered = sorted(values)
-  return (f"{1000 * statistics.median(ordered):.3f}",
-          f"{1000 * ordered[int(0.95 * len(ordered)) - 1]:.3f}")
+def _median_p95_ms(seconds):
+  ordered = sorted(seconds)
+  return 1000 * statistics.median(ordered), 1000 * ordered[int(0.95 * len(ordered)) - 1]
 
 
 def main(argv):
@@ -105,12 +104,12 @@ def main(argv):
   print(f"{'task':<26} {'without: median':>16} {'p95':>7} {'published: median':>18} {'p95':>7}")
   for i, name in enumerate(("worker:1 (publishes)", "worker:0, chief (reads)")):
     off, on = _median_p95_ms(runs[False][i]), _median_p95_ms(runs[True][i])
-    print(f"{name:<26} {off[0]:>16} {off[1]:>7} {on[0]:>18} {on[1]:>7}")
+    print(f"{name:<26} {off[0]:>16.3f} {off[1]:>7.3f} {on[0]:>18.3f} {on[1]:>7.3f}")
   added = statistics.median(runs[True][0]) - statistics.median(runs[False][0])
   print(f"one publish a second adds {100 * added:.3f}% of the training thread's time")
   print(json.dumps({"calls": _CALLS.value, "ms": {
       ("published" if published else "without"): {
-          task: dict(zip(("median", "p95"), map(float, _median_p95_ms(seconds))))
+          task: dict(zip(("median", "p95"), _median_p95_ms(seconds)))
           for task, seconds in zip(("worker:1", "worker:0"), runs[published])}
       for published in runs}, "publish_share_of_a_second": added}, indent=1))
 

@@ -205,7 +205,7 @@ class _Reporter:
       pass  # The launcher removed its directory: the job is ending.
     if publish and self.publishing and not self.chief:  # The chief reads, from the others.
       if self.publisher is None:
-        self.publisher = _Publisher(STEPS_KEY.format(task=self.summary().task))
+        self.publisher = _Publisher(STEPS_KEY.format(task=task_name(os.path.basename(self.stem))))
       self.publisher.offer(text)
 
 

@@ -26,6 +26,17 @@ def _results(stdout):
           for m in re.finditer(r"^\[([\w-]+)\] RESULT (.*)$", stdout, re.M)}
 
 
+def _rehearsed_to_the_end(docs, tmp_path, success_jobs=()):
+  """The pods' output, once the rehearsed job succeeded (it fails the test otherwise)."""
+  rehearsal = kubernetes_pods.Rehearsal(docs, success_jobs=success_jobs).start(str(tmp_path))
+  try:
+    stdout = rehearsal.finish(timeout=240)
+  finally:
+    rehearsal.stop()
+  assert rehearsal.process.returncode == 0, stdout[-3000:]
+  return stdout
+
+
 @pytest.mark.slow
 def test_a_jobset_pod_killed_mid_training_restarts_the_whole_job_which_resumes_from_its_backup(
     tmp_path):
@@ -63,12 +74,7 @@ def test_a_trainjob_of_a_chief_a_worker_and_a_ps_trains_to_the_end(tmp_path):
   docs = jobset.trainjob(Job(workers=1, ps=1, chief=True),
                          ["python", SCRIPT, "tf_keras", "parameter_server"],
                          kubernetes.ManifestOptions(name="digits", image="img:1", max_restarts=0))
-  rehearsal = kubernetes_pods.Rehearsal(docs, success_jobs=["node"]).start(str(tmp_path))
-  try:
-    stdout = rehearsal.finish(timeout=240)
-  finally:
-    rehearsal.stop()
-  assert rehearsal.process.returncode == 0, stdout[-3000:]
+  stdout = _rehearsed_to_the_end(docs, tmp_path, success_jobs=["node"])
   assert re.search(r"^\[digits-node-0-2\] tfdist task: ps:0 of ClusterSpec\(chief=\["
                    r"'digits-node-0-0.digits:2222'\], worker=\['digits-node-0-1.digits:2223'\], "
                    r"ps=\['digits-node-0-2.digits:2224'\], task='ps:0'\) \(from trainjob\)$",
@@ -84,12 +90,7 @@ def test_the_chief_pod_names_a_straggler_from_the_rows_the_pods_publish(tmp_path
       Job(workers=2),
       ["python", os.path.join(helpers.SCRIPTS, "stall.py"), "slow", str(tmp_path)],
       kubernetes.ManifestOptions(name="digits", image="img:1", max_restarts=0))
-  rehearsal = kubernetes_pods.Rehearsal(docs).start(str(tmp_path))
-  try:
-    stdout = rehearsal.finish(timeout=240)
-  finally:
-    rehearsal.stop()
-  assert rehearsal.process.returncode == 0, stdout[-3000:]
+  stdout = _rehearsed_to_the_end(docs, tmp_path)
   assert re.search(r"^\[digits-worker-0-0\] tfdist: worker:1 holds the others back, waiting for "
                    r"its input \(\d+% of its steps; ", stdout, re.M), stdout[-3000:]
   # Each pod prints only its own row at its end: the launcher is not there to gather them.
