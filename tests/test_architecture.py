@@ -133,7 +133,8 @@ INVENTORY = {
     "tf.__internal__.distribute.ShardedVariable",
     "keras._tfll_initialized", "keras._tfll_keras_version",
     "Dataset._as_serialized_graph",
-    # The coordination service's key-value store (set/get/delete_config_key_value).
+    # The coordination service's key-value store (set/get/delete_config_key_value), and
+    # abort_collective_ops (a check that found workers differ fails a peer's collectives).
     "tensorflow.python.eager.context", "Context._initialized",
     # tf_keras.py
     "tf_keras.src.engine.base_layer",

@@ -97,6 +97,20 @@ STEP, BOUNDARY = "step", "boundary"
 STARTED = "started"
 # Training is over (fit returned, or the process is exiting): nothing more to wait for.
 END = "end"
+# Before the first step, after start-up: a strategy's scope makes the model's variables
+# (each one made is progress), or this task waits for the other tasks at the check that
+# compares them (`tfdist.strategies.checked_variables`).
+BUILD, CHECK = "build", "check"
+# Each phase in words, for the stall line: where the job was when it stopped moving.
+PHASES = {
+    STARTED: "in start-up (importing, reading its data, or creating its strategy, which waits "
+             "for every task)",
+    BUILD: "building its model under its strategy",
+    CHECK: "comparing its model with the other tasks' (waiting for one of them)",
+    BOUNDARY: "starting fit, an epoch or an evaluation (a first step may compile)",
+    STEP: "training",
+    END: "done training",
+}
 _LINE_WIDTH = 96  # Fixed, so that one pwrite replaces the previous line whole.
 # The name of the input pipeline's last step that notes when each element leaves it.
 INPUT_STAMP = "tfdist_input_stamp"
@@ -302,6 +316,31 @@ def boundary() -> None:
   _reporter.report(0, BOUNDARY)
 
 
+def phase(name: str) -> None:
+  """Tells the watchdog where this task is before training (BUILD, CHECK): each call is progress."""
+  _reporter.report(0, name)
+
+
+_training_begins = []  # Callables run as a Keras `fit` begins training (`when_training_begins`).
+
+
+def when_training_begins(function) -> None:
+  """Calls `function()` each time a `fit` of a launched task begins training (once its model,
+  optimizer and metrics are built, before its first step). Idempotent per function."""
+  if function not in _training_begins:
+    _training_begins.append(function)
+
+
+def training_begins() -> None:
+  """A `fit` begins: the next step may compile; what waits for this moment is told."""
+  boundary()
+  for function in _training_begins:
+    try:
+      function()
+    except Exception as error:  # pylint: disable=broad-except  A report never stops training.
+      logger.warning("tfdist: %r failed as training began: %r", function, error)
+
+
 def epoch_end() -> None:
   """Writes this task's step times now; the chief names a task markedly slower than the rest.
 
@@ -496,7 +535,7 @@ def keras_callbacks(base: type) -> list:
     async_safe = True  # Keras 3 may call it from its callback thread: it only counts.
 
     def on_train_begin(self, logs=None):
-      boundary()
+      training_begins()
 
     def on_epoch_begin(self, epoch, logs=None):
       boundary()

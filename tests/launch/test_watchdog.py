@@ -59,10 +59,14 @@ def test_no_stall_before_any_report_nor_while_one_moves(tmp_path):
   now = [0.0]
   dog = watchdog.StallWatchdog(str(tmp_path), timeout=5, clock=lambda: now[0])
   now[0] = 100
-  assert dog.check() is None  # Nothing reports: a program that never trains is not watched.
+  assert dog.check() is None  # Nothing reports: no task has started.
   path = tmp_path / ("worker-0" + progress.PROGRESS_SUFFIX)
-  path.write_text("1 0 1 started 0")  # Its pid only: it may prepare data for an hour.
-  now[0] += 3600
+  path.write_text("1 0 1 started 0")  # Start-up is watched, with a first step's limit.
+  assert dog.check() is None
+  now[0] += watchdog.BOUNDARY_SECONDS - 1
+  assert dog.check() is None
+  path.write_text("1 0 2 build 0")  # A variable made: the model's build moves.
+  now[0] += watchdog.BOUNDARY_SECONDS - 1
   assert dog.check() is None
   path.write_text("1 0 2 boundary 0")
   assert dog.check() is None
@@ -84,6 +88,34 @@ def test_no_stall_before_any_report_nor_while_one_moves(tmp_path):
   path.write_text("1 3 5 end 2.0")  # Training is over: a slow exit is no stall.
   now[0] += 1000
   assert dog.check() is None
+
+
+@pytest.mark.parametrize("phase", [progress.STARTED, progress.BUILD, progress.CHECK])
+def test_a_job_stalled_before_its_first_step_is_named_in_start_up_with_each_tasks_phase(
+    tmp_path, phase):
+  now = [0.0]
+  dog = watchdog.StallWatchdog(str(tmp_path), timeout=5, clock=lambda: now[0])
+  (tmp_path / ("worker-0" + progress.PROGRESS_SUFFIX)).write_text("1 0 3 check 0")
+  (tmp_path / ("worker-1" + progress.PROGRESS_SUFFIX)).write_text(f"2 0 2 {phase} 0")
+  assert dog.check() is None
+  now[0] += watchdog.BOUNDARY_SECONDS + 1
+  stall = dog.check()
+  assert stall is not None and stall.limit == watchdog.BOUNDARY_SECONDS
+  assert watchdog.describe(stall).endswith(
+      "the job stalled in start-up, before its first step: worker:0 comparing its model with "
+      "the other tasks' (waiting for one of them), worker:1 " + progress.PHASES[phase])
+
+
+def test_a_task_that_ended_while_the_others_never_trained_is_named():
+  # One task built no strategy over the cluster and trained alone; the other waits for it.
+  reports = {"worker:0": watchdog.Report(1, 0, 1, progress.STARTED, 0.0),
+             "worker:1": watchdog.Report(2, 2, 9, progress.END, 0.006)}
+  stall = watchdog.Stall(61, 60, reports)
+  assert watchdog.culprit(stall, {"worker:0": WAITING}) == (
+      "worker:1 ended while worker:0 never began training: a task that builds no strategy over "
+      "the cluster (or another strategy, or exits early) leaves the others waiting for it")
+  assert "the job stalled in start-up" in watchdog.describe(stall)
+  assert "worker:1 done training" in watchdog.describe(stall)
 
 
 def _launch(tmp_path, **kwargs):
@@ -130,6 +162,26 @@ def test_a_worker_blocked_in_its_input_pipeline_is_named_and_the_job_ends(tmp_pa
                    r"it is in wait_forever \(.*stall.py:\d+\); stopping the other tasks",
                    result.stdout), result.stdout[-4000:]
   assert "final weights" not in result.stdout
+
+
+@pytest.mark.slow
+def test_a_worker_that_hangs_while_building_its_model_is_named_in_start_up_with_its_stack():
+  # Its strategy exists; its peer waits in the variable check. A minute: a first step's limit.
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", "--workers=2", "--stall_timeout=5", "--grace_period=2", "--",
+      *helpers.python(os.path.join(helpers.SCRIPTS, "disagree.py"), "hang_build")), timeout=240)
+  assert result.returncode == launch.STALL_EXIT_CODE, result.stdout[-4000:]
+  assert re.search(r"\[worker:1\]   File \".*disagree.py\", line \d+ in build_model",
+                   result.stdout)
+  assert re.search(r"stalled: .*the job stalled in start-up, before its first step: worker:0 "
+                   r"comparing its model with the other tasks' \(waiting for one of them\), "
+                   r"worker:1 building its model under its strategy; worker:1 is not waiting "
+                   r"inside TensorFlow \(a collective waits there\): it is in build_model "
+                   r"\(.*disagree.py:\d+\); stopping the other tasks", result.stdout), \
+      result.stdout[-4000:]
+  # The waiting task said so in its log while it waited.
+  assert re.search(r"\[worker:0\] tfdist: worker:0 has waited \d+s for worker:1 to reach ",
+                   result.stdout)
 
 
 @pytest.mark.slow

@@ -247,6 +247,56 @@ def publish(key: str, value: str) -> bool:
   return True
 
 
+def insert(key: str, value: str) -> bool:
+  """Sets `key` to `value` unless the store holds it already; whether it was set.
+
+  Raises:
+    RuntimeError: the coordination service is not up in this process.
+  """
+  ctx = _coordination_context()
+  if ctx is None:
+    raise RuntimeError("TensorFlow's coordination service is not up in this process")
+  import tensorflow as tf
+  try:
+    ctx.set_config_key_value(key, value)
+  except tf.errors.AlreadyExistsError:
+    return False
+  return True
+
+
+def wait_for_key(key: str, timeout_ms: int) -> Optional[str]:
+  """The value of `key`, waiting up to `timeout_ms` for it to be set; None if it is not by then.
+
+  Raises:
+    RuntimeError: the service is not up, or failed (its leader gone: the job is ending).
+  """
+  ctx = _coordination_context()
+  if ctx is None:
+    raise RuntimeError("TensorFlow's coordination service is not up in this process")
+  import tensorflow as tf
+  try:
+    return ctx.get_config_key_value(key, timeout_in_ms=max(1, int(timeout_ms)))
+  except (tf.errors.DeadlineExceededError, tf.errors.NotFoundError):
+    return None
+  except tf.errors.OpError as error:
+    raise RuntimeError(f"TensorFlow's coordination service failed: {error}") from error
+
+
+def abort_collectives(message: str) -> None:
+  """Makes every collective of this process fail now with `message`, instead of waiting.
+
+  What MultiWorkerMirroredStrategy's own health check does when a peer is
+  gone (`context.abort_collective_ops`, private): a task blocked in an
+  all-reduce whose peer will never join raises instead of hanging. Collectives
+  stay unusable in this process afterwards: it is for a job that is failing.
+  """
+  ctx = _coordination_context()
+  if ctx is None:
+    return
+  import tensorflow as tf
+  ctx.abort_collective_ops(tf.errors.FAILED_PRECONDITION, message)
+
+
 def published(key: str, timeout_ms: int) -> Optional[str]:
   """The value of `key` in the coordination service's store; None if unset within `timeout_ms`."""
   ctx = _coordination_context()

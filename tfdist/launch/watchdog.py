@@ -2,15 +2,19 @@
 
 One worker blocked in its input pipeline, a hung file system or a lock, and
 every other worker waits in the all-reduce forever (tensorflow/tensorflow#35878).
-Each task reports its steps to a file in a private directory the launcher owns
-(`tfdist.progress`); `StallWatchdog.check` reads them. The watchdog
-arms when a task first reports (a program that never trains is never
-watched), and a stall is no new report from any task within the limit:
+Each task reports its progress to a file in a private directory the launcher
+owns (`tfdist.progress`); `StallWatchdog.check` reads them. The watchdog arms
+when a task first reports, as it starts, and watches the whole job: start-up,
+the model's build and the check that compares it across workers, each step,
+evaluation, the exit. A stall is no new report from any task within the limit:
 
 - `timeout` seconds while steps run, or 20 times the slowest task's mean
   step when that is longer (a job whose steps take minutes);
-- three times that, and at least a minute, after a boundary (start, `fit`,
-  an epoch, evaluation), where the next step may compile.
+- three times that, and at least a minute, while any task is in another
+  phase (start-up, building its model, a boundary where the next step may
+  compile: `fit`, an epoch, evaluation).
+
+The stall line says which phase each task was in (`progress.PHASES`).
 
 On a stall `stacks()` has every task dump the Python stack of each of its
 threads (SIGUSR1, `faulthandler`), and `culprit()` names the task to look at:
@@ -150,11 +154,10 @@ class StallWatchdog:
     now = self.clock()
     reports = self.reports()
     for task, report in reports.items():
-      # A task that only started (pid known, no training yet) does not arm the watchdog.
-      if report.phase != progress.STARTED and self.seen.get(task, (None,))[0] != report.events:
+      if self.seen.get(task, (None,))[0] != report.events:
         self.seen[task] = (report.events, now)
     if not self.seen:
-      return None  # Not armed: nothing reports training progress.
+      return None  # Not armed: no task has started.
     if all(r.phase == progress.END for r in reports.values()):
       return None  # Training is over everywhere: the tasks are on their way out.
     limit = self.limit(reports)
@@ -164,9 +167,9 @@ class StallWatchdog:
   def limit(self, reports: Mapping[str, Report]) -> float:
     """Seconds without progress that make a stall, for these reports."""
     limit = max([self.timeout] + [STEP_FACTOR * r.mean_step for r in reports.values()])
-    # A task that has not trained yet, or just began fit, an epoch or an evaluation,
-    # may be compiling: its first step may be slow.
-    if any(r.phase in (progress.BOUNDARY, progress.STARTED) for r in reports.values()):
+    # A task that has not trained yet (start-up, its model's build), or just began fit,
+    # an epoch or an evaluation, may be compiling: its first step may be slow.
+    if any(r.phase not in (progress.STEP, progress.END) for r in reports.values()):
       limit = max(limit * BOUNDARY_FACTOR, BOUNDARY_SECONDS)
     return limit
 
@@ -248,6 +251,12 @@ def culprit(stall: Stall, stacks: Mapping[str, str]) -> str:
     task, frames = sorted(busy.items())[0]
     return _in_own_code(task, frames[0]) + (
         f" and {len(busy) - 1} more task(s)" if len(busy) > 1 else "")
+  ended = sorted(t for t, r in stall.reports.items() if r.phase == progress.END)
+  waiting = sorted(t for t, r in stall.reports.items() if r.phase != progress.END and not r.steps)
+  if ended and waiting:
+    return (f"{' and '.join(ended)} ended while {' and '.join(waiting)} never began training: "
+            "a task that builds no strategy over the cluster (or another strategy, or exits "
+            "early) leaves the others waiting for it")
   steps = {task: r.steps for task, r in stall.reports.items()}
   if steps and min(steps.values()) < max(steps.values()):
     task = min(steps, key=steps.get)
@@ -263,10 +272,23 @@ def _in_own_code(task: str, frame: str) -> str:
 
 
 def describe(stall: Stall) -> str:
-  """One line saying how long no step completed, the limit, and each task's steps."""
+  """One line saying how long nothing moved, the limit, each task's steps and its phase."""
   steps = ", ".join(f"{task} {r.steps}" for task, r in sorted(stall.reports.items()))
   return (f"no training step completed anywhere for {stall.seconds:.0f}s (the limit: "
-          f"{stall.limit:g}s; steps done: {steps})")
+          f"{stall.limit:g}s; steps done: {steps}); {phases(stall.reports)}")
+
+
+def phases(reports: Mapping[str, Report]) -> str:
+  """Which phase the job stalled in, and each task's, e.g. 'in start-up: worker:0 is ...'."""
+  order = list(progress.PHASES)
+  earliest = min((r.phase for r in reports.values()),
+                 key=lambda p: order.index(p) if p in order else 0, default=progress.STEP)
+  job = "in training" if earliest in (progress.STEP, progress.END) else (
+      "in start-up, before its first step" if earliest in (
+          progress.STARTED, progress.BUILD, progress.CHECK) else "at a boundary")
+  tasks = ", ".join(f"{task} {progress.PHASES.get(r.phase, r.phase)}"
+                    for task, r in sorted(reports.items()))
+  return f"the job stalled {job}: {tasks}"
 
 
 def where(task: str, stacks: str) -> str:

@@ -3,16 +3,34 @@
 Two workers of one MultiWorkerMirroredStrategy job whose models differ (a
 per-host config gone wrong) fail in TensorFlow's first broadcast with words
 that name neither the variable nor the task ("Shape mismatch in the collective
-instance 103", tensorflow/tensorflow#47203), or hang; workers with other
-versions or device counts fail stranger still. `checked_variables(strategy)`
-is a variable creator: under it, before each variable's initial value is
-broadcast, every worker gathers a small record of it (name, shape, dtype; and
-first this process's fingerprint: tfdist, TensorFlow, Keras and Python
-versions, the Keras in use, device kinds and counts, the cluster spec) and
-compares. A difference raises on every task, e.g.
+instance 103", tensorflow/tensorflow#47203), or hang for good: a worker with
+one variable more waits for a broadcast its peers never join. Workers with
+other versions, Keras or device counts fail stranger still.
 
-    ValueError: Workers disagree before their first collective: variable 3,
-    dense/kernel: (4, 32) float32 on worker:0, (4, 64) float32 on worker:1. ...
+`checked_variables(strategy)` compares, across the workers, first each
+process's fingerprint (tfdist, TensorFlow, Keras and Python versions, the
+Keras in use, the replicas on this worker, the cluster spec) when the scope
+is entered, then a small record of each variable (name, shape, dtype) before
+its initial value is broadcast. The records travel through TensorFlow's
+coordination service, which every multi-worker strategy starts, never through
+a collective: reading a record has a deadline, so the check itself cannot
+hang, whatever the workers built.
+
+- A difference raises on every task that sees it, e.g.
+
+      ValueError: Workers disagree before their first collective: variable 3,
+      dense/kernel: (4, 32) float32 on worker:0, (4, 64) float32 on worker:1. ...
+
+- A variable one worker makes and another never does (a layer more or
+  fewer) raises `variable 4, dense_2/kernel: only on worker:1 ...` on that
+  worker once the other has begun `fit` (the fit watch publishes how many
+  variables it built); the task that began training is blocked in a
+  collective by then, so a thread of each task watches for the job's error
+  and fails its collectives with the same words.
+- A worker that never reaches a record (hung while building its model, or
+  with no model at all) is waited for, with a line in the log every minute,
+  and the check fails after `timeout` seconds naming it. Under `tfdist
+  launch` the stall watchdog names such a task sooner, with its stack.
 
 Under `tfdist launch` every MultiWorkerMirroredStrategy scope gets it
 (`tfdist.internals.strategy_scope`); elsewhere:
@@ -21,27 +39,49 @@ Under `tfdist launch` every MultiWorkerMirroredStrategy scope gets it
       model = build_model()
 """
 
+import atexit
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
 import platform
 import threading
-from typing import Dict, List
+import time
+from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
 
 import tfdist
+from tfdist import progress
 from tfdist.internals import strategy_scope
+from tfdist.internals import tensorflow as tf_internals
 
-# Bytes of one record in the gather: names longer than fits are cut.
-RECORD_BYTES = 768
+logger = logging.getLogger("tfdist")
+
 CHECK_WORKERS_ENV = "TFDIST_CHECK_WORKERS"
+# Seconds a task waits for another's record before the check fails, naming it.
+# Longer than the launcher's stall watchdog by default (15 min before a first
+# step), which names a stuck task sooner and with its stack.
+CHECK_SECONDS = 1200.0
+# How long one read of the store waits; between reads the check looks for the
+# job's error and for the peer having begun training.
+POLL_MS = 500
+# A waiting task says so after this many seconds, and then every TELL_SECONDS.
+FIRST_TELL_SECONDS, TELL_SECONDS = 10.0, 60.0
+# What a record may hold: one variable's or one fingerprint's fields, a name cut to fit.
+RECORD_CHARS = 4096
+# Keys in the coordination service's store; `{check}` numbers this process's
+# checked strategies, so a task that builds two strategies compares each with its twin.
+KEY = "tfdist/check/{check}/{task}/{what}"
+ERROR_KEY = "tfdist/check/{check}/error"
+BUILT = "built"  # The `what` under which a task says how many variables it built.
+FINGERPRINT = "fingerprint"
 
 
-def fingerprint() -> Dict[str, str]:
-  """What every worker of a job must share, by field."""
+def fingerprint(strategy=None) -> Dict[str, str]:
+  """What every worker of a job must share, by field; with `strategy`, its replicas here."""
   keras_in_use = "tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS", "") in (
       "1", "true", "True") else "keras3"
   try:
@@ -53,7 +93,7 @@ def fingerprint() -> Dict[str, str]:
   for device in tf.config.list_logical_devices():
     devices[device.device_type] = devices.get(device.device_type, 0) + 1
   cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
-  return {
+  fields = {
       "tfdist": tfdist.__version__,
       "tensorflow": tf.__version__,
       "keras": keras_version,
@@ -62,6 +102,15 @@ def fingerprint() -> Dict[str, str]:
       "devices": ", ".join(f"{count} {kind}" for kind, count in sorted(devices.items())),
       "cluster spec": hashlib.sha1(json.dumps(cluster, sort_keys=True).encode()).hexdigest()[:12],
   }
+  if strategy is not None:
+    fields["strategy"] = _strategy_name(strategy)
+    fields["replicas on this worker"] = str(len(strategy.extended.worker_devices))
+  return fields
+
+
+def _strategy_name(strategy) -> str:
+  name = type(strategy).__name__
+  return "MultiWorkerMirroredStrategy" if name == "CollectiveAllReduceStrategy" else name
 
 
 def task_names(strategy) -> List[str]:
@@ -73,67 +122,207 @@ def task_names(strategy) -> List[str]:
   return names or ["worker:0"]
 
 
+def own_task(strategy) -> str:
+  resolver = getattr(strategy, "cluster_resolver", None)
+  task_type = getattr(resolver, "task_type", None) or "worker"
+  task_id = getattr(resolver, "task_id", None) or 0
+  return f"{task_type}:{task_id}"
+
+
+class Store:
+  """Where the records meet: TensorFlow's coordination service (`tfdist.internals.tensorflow`)."""
+
+  insert = staticmethod(tf_internals.insert)
+  wait_for_key = staticmethod(tf_internals.wait_for_key)
+  abort = staticmethod(tf_internals.abort_collectives)
+
+
+def differences(records: Dict[str, Dict[str, str]]) -> List[str]:
+  """Per field that differs between tasks, each side's value and tasks, in field order."""
+  found = []
+  for field in sorted({f for r in records.values() for f in r}):
+    seen: Dict[str, List[str]] = {}
+    for task, record in records.items():
+      seen.setdefault(str(record.get(field, "nothing")), []).append(task)
+    if len(seen) > 1:
+      sides = ", ".join(f"{value} on {' and '.join(tasks)}" for value, tasks in seen.items())
+      found.append(sides if field == "value" else f"{field}: {sides}")
+  return found
+
+
+def _parse(text: str) -> Dict[str, str]:
+  """A peer's record: a JSON object of strings; anything else reads as what it is."""
+  try:
+    record = json.loads(text)
+  except ValueError:
+    record = None
+  if not isinstance(record, dict):
+    return {"record": text[:200]}
+  return {str(k)[:100]: str(v)[:RECORD_CHARS] for k, v in record.items()}
+
+
 class _Checker:
-  """The records this process sent, and the gather that compares them."""
+  """This process's records for one strategy, and the reads that compare them with the peers'."""
 
-  def __init__(self, strategy):
+  _numbers = itertools.count()  # Checked strategies in this process, in the order made.
+
+  def __init__(self, strategy, timeout: float = CHECK_SECONDS, store=Store,
+               clock: Callable[[], float] = time.monotonic, me: Optional[str] = None,
+               tasks: Optional[List[str]] = None):
     self.strategy = strategy
-    self.count = 0
+    self.timeout, self.store, self.clock = timeout, store, clock
+    self.me = me or own_task(strategy)
+    self.peers = [t for t in (tasks or task_names(strategy)) if t != self.me]
+    self.check = next(self._numbers)
+    self.count = 0  # Variables compared so far.
+    self.fingerprinted = False
+    self.failed = False  # This task raised the job's error itself.
+    self.comparing = False  # The main thread is in `compare`: it raises any error itself.
     self.busy = threading.local()
+    self.stop = threading.Event()
+    self.steps = progress.steps_done()  # Steps before this strategy: the watcher waits for one more.
+    self.watcher: Optional[threading.Thread] = None
 
-  def compare(self, what: str, record: Dict[str, str]) -> None:
-    """Gathers `record` from every replica; raises ValueError naming the fields that differ."""
-    data = json.dumps(record, sort_keys=True).encode()[:RECORD_BYTES].ljust(RECORD_BYTES)
-    local = tf.constant([list(data)], dtype=tf.int32)
-    values = self.strategy.experimental_distribute_values_from_function(lambda _: local)
-    # TF makes a function per gather and warns after five of them: expected here.
-    with _quiet_retracing():
-      gathered = self.strategy.gather(values, axis=0).numpy()
-    names = task_names(self.strategy)
-    per_task = max(1, len(gathered) // len(names))
-    records = {}
-    for row, task in zip(gathered[::per_task], names):
-      text = bytes(int(b) for b in row).decode(errors="replace").strip()
+  def key(self, task: str, what) -> str:
+    return KEY.format(check=self.check, task=task, what=what)
+
+  def compare(self, what: str, record: Dict[str, str], index: Optional[int] = None) -> None:
+    """Publishes `record` as `what`, reads every peer's; raises ValueError naming any difference.
+
+    `index`: the variable's number, so that a peer that built fewer is known.
+    """
+    self.start_watching()
+    self.comparing = True  # Any error of the job's reaches this thread here: no abort needed.
+    try:
+      self._compare(what, record, index)
+    finally:
+      self.comparing = False
+
+  def _compare(self, what: str, record: Dict[str, str], index: Optional[int]) -> None:
+    suffix = FINGERPRINT if index is None else str(index)
+    record = {k: v[:RECORD_CHARS] for k, v in record.items()}
+    self.store.insert(self.key(self.me, suffix), json.dumps(record, sort_keys=True))
+    records = {self.me: record}
+    for peer in self.peers:
+      records[peer] = self._wait_for(peer, suffix, what, index)
+    records = dict(sorted(records.items(), key=lambda kv: _order(kv[0])))
+    if index is not None and len({r.get("name") for r in records.values()}) > 1:
+      # Another variable at this place: each side's name goes with its shape.
+      what = f"variable {index}"
+      records = {task: {"value": f"{r.get('name')} {r.get('value')}"}
+                 for task, r in records.items()}
+    found = differences(records)
+    if found:
+      self.fail(f"Workers disagree before their first collective: {what}: " + "; ".join(found) +
+                ". Every worker must run the same program, versions and model; fix the task "
+                f"whose value differs. Received: {len(records)} tasks")
+
+  def _wait_for(self, peer: str, suffix: str, what: str, index: Optional[int]) -> Dict[str, str]:
+    start = told = self.clock()
+    tell_after, waiting = FIRST_TELL_SECONDS, False
+    while True:
+      text = self.store.wait_for_key(self.key(peer, suffix), POLL_MS)
+      if text is not None:
+        return _parse(text)
+      if not waiting:  # Once: a wait is no progress, but the watchdog sees where it is.
+        waiting = True
+        progress.phase(progress.CHECK)
+      self._raise_job_error()
+      built = self.store.wait_for_key(self.key(peer, BUILT), 1)
+      if built is not None and index is not None and _int(built) <= index:
+        self.fail(f"Workers disagree before their first collective: {what}: only on "
+                  f"{self.me}; {peer} made {_int(built)} variables under this strategy and began "
+                  "training. Every worker must build the same model; fix the task whose model "
+                  f"differs. Received: {_int(built)} variables on {peer}, more on {self.me}")
+      now = self.clock()
+      if now - told >= tell_after:
+        told, tell_after = now, TELL_SECONDS
+        logger.warning("tfdist: %s has waited %.0fs for %s to reach %s (the check of what every "
+                       "worker builds); is it still building, or stuck?", self.me, now - start,
+                       peer, what)
+      if now - start > self.timeout:
+        self.fail(f"Workers did not meet at {what}: {peer} did not reach it within "
+                  f"{self.timeout:g}s ({self.me} did). It is stuck before it (its stack shows "
+                  "where), or builds a model with fewer variables and never began `fit`. "
+                  f"Received: timeout={self.timeout:g}s")
+
+  def _raise_job_error(self) -> None:
+    error = self.store.wait_for_key(ERROR_KEY.format(check=self.check), 1)
+    if error is not None:
+      self.failed = True
+      raise ValueError(error)
+
+  def fail(self, message: str) -> None:
+    """Raises `message` here, and leaves it for the other tasks (the watcher fails theirs)."""
+    self.failed = True
+    try:
+      self.store.insert(ERROR_KEY.format(check=self.check), message)
+    except RuntimeError:
+      pass  # The service is failing: this task's error still stands.
+    raise ValueError(message)
+
+  def built(self) -> None:
+    """Says how many variables this task made: a peer that waits for one more knows."""
+    if not self.failed and self.count:
       try:
-        records[task] = json.loads(text)
-      except ValueError:
-        records[task] = {"record": text}
-    differences = []
-    for field in sorted({f for r in records.values() for f in r}):
-      seen: Dict[str, List[str]] = {}
-      for task, r in records.items():
-        seen.setdefault(str(r.get(field, "nothing")), []).append(task)
-      if len(seen) > 1:
-        sides = ", ".join(f"{value} on {' and '.join(tasks)}" for value, tasks in seen.items())
-        differences.append(sides if field == "value" else f"{field}: {sides}")
-    if differences:
-      raise ValueError(
-          f"Workers disagree before their first collective: {what}: " + "; ".join(differences) +
-          ". Every worker must run the same program, versions and model; fix the task whose "
-          f"value differs. Received: {len(records)} tasks")
+        self.store.insert(self.key(self.me, BUILT), str(self.count))
+      except RuntimeError:
+        pass
+
+  def start_watching(self) -> None:
+    """A thread that fails this task's collectives with the job's error once a task finds one."""
+    if self.watcher is not None:
+      return
+    self.watcher = threading.Thread(target=self._watch, name="tfdist-check-watcher",
+                                    daemon=True)
+    self.watcher.start()
+    atexit.register(self.stop_watching)
+
+  def stop_watching(self) -> None:
+    self.stop.set()
+    if self.watcher is not None and self.watcher is not threading.current_thread():
+      self.watcher.join(timeout=2 * POLL_MS / 1000)
+
+  def _watch(self) -> None:
+    # Until a first step ends (every worker joined it: their models agree) or this process ends.
+    while not self.stop.is_set() and progress.steps_done() == self.steps:
+      try:
+        error = self.store.wait_for_key(ERROR_KEY.format(check=self.check), 2 * POLL_MS)
+      except RuntimeError:
+        return  # The service is gone: the job is ending anyway.
+      if self.failed:
+        return
+      if error is None:
+        continue
+      if self.comparing:  # It raises there within a read; let it, unless it leaves first.
+        time.sleep(2 * POLL_MS / 1000)
+        if self.failed:
+          return
+      logger.error("tfdist: %s", error)
+      self.store.abort(error)
+      return
 
   def creator(self, next_creator, **kwargs):
     # Only eager, cross-replica creation (a model's build): an optimizer's slots come
-    # inside a step, in replica context, where a gather cannot run.
+    # inside a step, in replica context, where every worker makes the same ones.
     if getattr(self.busy, "value", False) or not tf.executing_eagerly() or \
         not tf.distribute.in_cross_replica_context():
       return next_creator(**kwargs)
     self.busy.value = True
     try:
-      if self.count == 0:
-        self.compare("fingerprint", fingerprint())
       index, self.count = self.count, self.count + 1
       name = kwargs.get("name") or "unnamed"
       scope = tf.get_current_name_scope()
       name = f"{scope}/{name}" if scope and not str(name).startswith(scope) else str(name)
       initial = kwargs.get("initial_value")
       what = f"variable {index}, {name}"
-
       dtype = kwargs.get("dtype")
 
       def check(value):
         tensor = tf.convert_to_tensor(value, dtype=tf.as_dtype(dtype) if dtype else None)
-        self.compare(what, {"name": name, "value": f"{tuple(tensor.shape)} {tensor.dtype.name}"})
+        self.compare(what, {"name": name, "value": f"{tuple(tensor.shape)} {tensor.dtype.name}"},
+                     index)
+        progress.phase(progress.BUILD)  # A variable made: the build moves.
         return value
 
       if callable(initial) and not strategy_scope.is_restore_on_create(initial):
@@ -147,41 +336,69 @@ class _Checker:
       self.busy.value = False
 
 
-class _NoRetracingWarning(logging.Filter):
-  def filter(self, record):
-    return "triggered tf.function retracing" not in record.getMessage()
+def _order(task: str):
+  task_type, _, index = task.rpartition(":")
+  return (task_type != "chief", task_type, _int(index))
 
 
-@contextlib.contextmanager
-def _quiet_retracing():
-  tf_logger, quiet = logging.getLogger("tensorflow"), _NoRetracingWarning()
-  tf_logger.addFilter(quiet)
+def _int(text) -> int:
   try:
-    yield
-  finally:
-    tf_logger.removeFilter(quiet)
+    return int(text)
+  except (TypeError, ValueError):
+    return -1
+
+
+_checkers: List[_Checker] = []  # Every checker of this process, for `all_built`.
+_warned_off = []
 
 
 @contextlib.contextmanager
-def checked_variables(strategy):
-  """Under it, each new variable is compared across workers before its broadcast (module doc)."""
+def checked_variables(strategy, timeout: float = CHECK_SECONDS):
+  """Under it, each new variable is compared across workers before its broadcast (module doc).
+
+  Needs TensorFlow's coordination service, which MultiWorkerMirroredStrategy
+  starts on a tested TensorFlow; without it nothing is checked (one warning).
+
+  Raises:
+    ValueError: the workers differ, or one did not reach the check within `timeout` seconds.
+  """
+  if not tf_internals.coordination_service_up():
+    if not _warned_off:
+      _warned_off.append(True)
+      logger.warning("tfdist: workers are not compared before their first collective: "
+                     "TensorFlow's coordination service is not up in this process")
+    yield None
+    return
   # Kept on the strategy: one checker per strategy, gone with it (an id could be reused).
   checker = getattr(strategy, "_tfdist_checker", None)
   if checker is None:
-    checker = strategy._tfdist_checker = _Checker(strategy)
+    checker = strategy._tfdist_checker = _Checker(strategy, timeout)
+    _checkers.append(checker)
+  if not checker.fingerprinted:
+    checker.fingerprinted = True
+    checker.compare(FINGERPRINT, fingerprint(strategy))
+    progress.phase(progress.BUILD)
   with tf.variable_creator_scope(checker.creator):
     yield checker
+
+
+def all_built() -> None:
+  """Every checker of this process says how many variables it made (training begins)."""
+  for checker in _checkers:
+    checker.built()
 
 
 def enable_for_every_scope(environ=None) -> bool:
   """Every multi-worker MultiWorkerMirroredStrategy scope checks its variables (the task site).
 
-  Unless `TFDIST_CHECK_WORKERS=0`: the check costs one small gather per
-  variable as the model is built.
+  Unless `TFDIST_CHECK_WORKERS=0`. Each Keras `fit` says, as it begins
+  training, how many variables this task built, so a worker that waits for
+  one more learns it never comes.
   """
   environ = os.environ if environ is None else environ
   if environ.get(CHECK_WORKERS_ENV, "1") == "0":
     return False
+  progress.when_training_begins(all_built)
   return strategy_scope.enable_checked_scope(checked_variables)
 
 
