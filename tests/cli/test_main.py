@@ -1,6 +1,16 @@
-"""`tfdist <command>`: the dispatcher's usage, unknown commands and exit codes."""
+"""`tfdist <command>`: the dispatcher's usage, unknown commands, help, arguments and exit codes."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
 
 import helpers
+from tfdist.cli import _help
+from tfdist.cli import main
 
 
 def test_unknown_command_lists_valid_ones():
@@ -18,3 +28,101 @@ def test_help_lists_every_command_and_exits_0_and_no_command_exits_2():
                   "scale", "task", "train", "verify"):
     assert f"  {command} " in done.stdout, command
   assert helpers.run(helpers.tfdist_cli(), timeout=60).returncode == 2
+
+
+# --- each command's help, refused positional arguments, the reference page ------
+
+# Every command's help, rendered in one process (importing each main in turn:
+# they share flag names), as `tfdist COMMAND --help` prints it.
+_ALL_HELP = """
+import json
+from tfdist.cli import _help, main
+helps, stale = {}, {}
+for command, description, module in _help.each_command(main.COMMANDS):
+  helps[command] = _help.command_help(command, description, module)
+  stale[command] = _help.stale_group_names(command, module)
+print(json.dumps({"helps": helps, "stale": stale}))
+"""
+
+
+def _stdout(command, timeout):
+  """`command`'s stdout alone (TensorFlow writes its start-up lines to stderr)."""
+  done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                        cwd=helpers.REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                        stdin=subprocess.DEVNULL)
+  assert done.returncode == 0, done.stderr[-3000:]
+  return done.stdout
+
+
+@pytest.fixture(scope="module")
+def helps():
+  found = json.loads(_stdout([sys.executable, "-c", _ALL_HELP], timeout=300))
+  assert not any(found["stale"].values()), (
+      f"tfdist.cli._help.GROUPS names flags the command does not define: {found['stale']}")
+  return found["helps"]
+
+
+def _defined_flags(command):
+  """The flags a command's module defines by a literal name, read from its source."""
+  with open(os.path.join(helpers.REPO, "tfdist", "cli", f"{command}.py")) as f:
+    return re.findall(r"DEFINE_\w+\(\s*\"(\w+)\"", f.read())
+
+
+@pytest.mark.parametrize("command", list(main.COMMANDS))
+def test_each_command_help_lists_its_own_flags_under_its_description(command, helps):
+  text = helps[command]
+  assert text.startswith(f"tfdist {command}: {main.COMMANDS[command]}\n\nusage: tfdist "
+                         f"{command}"), text[:300]
+  defined = _defined_flags(command)
+  if not defined:  # `tfdist task` takes only the command after '--'.
+    assert f"tfdist {command} takes no flags of its own" in text
+    return
+  missing = [name for name in defined if not re.search(rf"^ *--(\[no\])?{name}:", text, re.M)]
+  assert not missing, f"tfdist {command} --help does not list {missing}:\n{text}"
+
+
+def test_flags_are_grouped_under_headings(helps):
+  headings = re.findall(r"^(\w[\w ,]*):$", helps["train"], re.M)
+  assert headings == ["what to run", "cluster", "output", "advanced"], headings
+  assert re.findall(r"^(\w[\w ,]*):$", helps["explain"], re.M) == ["options"]
+
+
+def test_command_help_and_help_command_print_it_and_exit_0(helps):
+  done = helpers.run(helpers.tfdist_cli("launch", "--help"), timeout=60)
+  assert done.returncode == 0, done.stdout[-3000:]
+  assert done.stdout == helps["launch"] + "\n"  # The same text as rendered in one process.
+  done = helpers.run(helpers.tfdist_cli("help", "train"), timeout=120)
+  assert done.returncode == 0, done.stdout[-3000:]
+  assert helps["train"] in done.stdout
+  done = helpers.run(helpers.tfdist_cli("explain", "-h"), timeout=60)
+  assert done.returncode == 0 and helps["explain"] in done.stdout, done.stdout[-3000:]
+
+
+def test_help_after_the_double_dash_is_the_launched_commands():
+  assert main._asks_for_help(["--workers=2", "--help"])
+  assert not main._asks_for_help(["--workers=2", "--", "python", "train.py", "--help"])
+
+
+def test_a_positional_argument_is_refused_with_the_flag_it_was_meant_for():
+  done = helpers.run(helpers.tfdist_cli("train", "mirrored"), timeout=120)
+  assert done.returncode == 2, done.stdout[-3000:]
+  assert ("tfdist train: unexpected argument 'mirrored'; did you mean --strategy=mirrored? "
+          "Received: ['mirrored']") in done.stdout
+  done = helpers.run(helpers.tfdist_cli("explain", "workers=2", "64"), timeout=60)
+  assert done.returncode == 2, done.stdout[-3000:]
+  assert ("tfdist explain: unexpected arguments 'workers=2', '64'; did you mean --workers=2? "
+          "Received: ['workers=2', '64']") in done.stdout
+  done = helpers.run(helpers.tfdist_cli("explain", "digits"), timeout=60)
+  assert done.returncode == 2, done.stdout[-3000:]
+  assert ("tfdist explain: unexpected argument 'digits'; tfdist explain takes only flags "
+          "(tfdist explain --help lists them). Received: ['digits']") in done.stdout
+
+
+def test_the_cli_reference_page_is_generated_from_the_flags():
+  generated = _stdout(helpers.tfdist_cli("help", "--markdown"), timeout=300)
+  with open(os.path.join(helpers.REPO, "docs", "reference", "cli.md")) as f:
+    committed = f.read()
+  assert generated == committed, ("docs/reference/cli.md is not what the flags say; "
+                                  f"regenerate it: {_help.REGENERATE}")
+  for command in main.COMMANDS:
+    assert f"\n## tfdist {command}\n" in generated, command

@@ -79,7 +79,7 @@ class TestErrors:
     spec = tfdist.ClusterSpec.local(workers=2, ps=1)
     monkeypatch.setenv("TF_CONFIG", spec.tf_config(task_type, 0))
     match = (r"parameter_server needs a `cluster.chief` task: the chief is the coordinator.*"
-             r"tfdist launch --strategy=parameter_server.*Received: jobs \['ps', 'worker'\] "
+             r"tfdist launch --workers 2 --ps 1 -- python train\.py.*Received: jobs \['ps', 'worker'\] "
              rf"and no chief, on task {task_type}:0$")
     with pytest.raises(ValueError, match=match):
       tfdist.make_strategy("parameter_server")

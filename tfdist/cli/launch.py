@@ -31,6 +31,8 @@ from tfdist.launch import _task_keras as task_keras
 from tfdist.launch import _trains_alone as trains_alone
 from tfdist.launch import watchdog
 
+TAKES_ARGUMENTS = True  # The command after '--' (tfdist.cli.main refuses them elsewhere).
+
 _WORKERS = flags.DEFINE_integer("workers", 2, "Number of worker tasks.", lower_bound=1)
 _PS = flags.DEFINE_integer("ps", 0, "Number of parameter-server tasks.", lower_bound=0)
 _CHIEF = flags.DEFINE_bool("chief", False, "Add a chief task.")

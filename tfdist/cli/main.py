@@ -1,7 +1,10 @@
 """`tfdist <command> [flags]`: dispatches to one absl main per command.
 
 Each command is a module of this package with its own flags and `main(argv)`;
-only the chosen one is imported, so its flags are the only ones defined.
+only the chosen one is imported, so its flags are the only ones defined. A
+module that takes positional arguments (a command after `--`) says so with
+`TAKES_ARGUMENTS = True`; the others refuse them. `tfdist COMMAND --help` and
+`tfdist help COMMAND` list the command's flags (`tfdist.cli._help`).
 """
 
 import importlib
@@ -27,40 +30,86 @@ COMMANDS = {
 
 
 def _usage() -> str:
-  lines = ["usage: tfdist <command> [flags]   (tfdist <command> --help for its flags)", ""]
+  lines = ["usage: tfdist <command> [flags]   (tfdist <command> --help, or tfdist help "
+           "<command>, for its flags)", ""]
   lines += [f"  {name:<12} {text}" for name, text in COMMANDS.items()]
   return "\n".join(lines)
+
+
+def _unknown(command: str) -> None:
+  print(f"tfdist: unknown command {command!r}. Valid commands: {sorted(COMMANDS)}. "
+        f"Received: {command!r}\n\n{_usage()}", file=sys.stderr)
+  sys.exit(2)
+
+
+def _asks_for_help(arguments) -> bool:
+  """Whether the command's own arguments (not a launched command's, after '--') ask for help."""
+  from tfdist.cli import _help  # pylint: disable=g-import-not-at-top
+  own = arguments[:arguments.index("--")] if "--" in arguments else arguments
+  return any(a in _help.HELP_ARGUMENTS for a in own)
+
+
+def _help_command(argv) -> None:
+  """`tfdist help [COMMAND]`, and `tfdist help --markdown` (the CLI reference page)."""
+  from tfdist.cli import _help  # pylint: disable=g-import-not-at-top
+  if len(argv) < 3 or argv[2] in _help.HELP_ARGUMENTS:
+    print(_usage())
+    sys.exit(0)
+  if argv[2] == "--markdown":
+    print(_help.reference(COMMANDS), end="")
+    sys.exit(0)
+  if argv[2] not in COMMANDS:
+    _unknown(argv[2])
+  _print_help(argv[2])
+
+
+def _print_help(command: str) -> None:
+  from tfdist.cli import _help  # pylint: disable=g-import-not-at-top
+  module = importlib.import_module(f"tfdist.cli.{command}")
+  print(_help.command_help(command, COMMANDS[command], module))
+  sys.exit(0)
 
 
 def run(argv=None) -> None:
   """Console-script entry point."""
   argv = list(sys.argv if argv is None else argv)
-  if len(argv) < 2 or argv[1] in ("-h", "--help", "help"):
+  if len(argv) < 2 or argv[1] in ("-h", "--help"):
     print(_usage())
     sys.exit(0 if len(argv) >= 2 else 2)
-  command = argv[1]
-  if command not in COMMANDS:
-    print(f"tfdist: unknown command {command!r}. Valid commands: {sorted(COMMANDS)}. "
-          f"Received: {command!r}\n\n{_usage()}", file=sys.stderr)
-    sys.exit(2)
   # TensorFlow's C++ INFO and WARNING lines drown the training output; users who
   # want them set TF_CPP_MIN_LOG_LEVEL themselves. Children of launchers inherit it.
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  command = argv[1]
+  if command == "help":
+    _help_command(argv)
+  if command not in COMMANDS:
+    _unknown(command)
+  # absl's --help lists the flags of __main__ only; a command's live in its module.
+  if _asks_for_help(argv[2:]):
+    _print_help(command)
   module = importlib.import_module(f"tfdist.cli.{command}")
   from absl import app  # Deferred: `tfdist --help` needs nothing else.
   from absl import logging
   logging.set_verbosity(logging.WARNING)  # Also TensorFlow's Python logger.
   arguments = getattr(module, "normalize_argv", list)(argv[2:])
-  app.run(_with_output(module.main), argv=[f"tfdist {command}"] + arguments)
+  app.run(_with_output(command, module), argv=[f"tfdist {command}"] + arguments)
 
 
-def _with_output(main):
-  """`main`, after tfdist's output is set from `--verbosity` (absl's flag, every command has it)."""
+def _with_output(command, module):
+  """The module's main, after tfdist's output is set from `--verbosity` (absl's flag).
+
+  Positional arguments are refused unless the module says it takes them.
+  """
 
   def run_main(argv):
     from absl import flags  # pylint: disable=g-import-not-at-top
+    if len(argv) > 1 and not getattr(module, "TAKES_ARGUMENTS", False):
+      # absl leaves them to main, and a main that takes none would ignore them.
+      from tfdist.cli import _help  # pylint: disable=g-import-not-at-top
+      print(_help.unexpected_arguments(command, module, argv[1:]), file=sys.stderr)
+      return 2
     output.show_on_console(console_level(flags.FLAGS["verbosity"]))
-    return main(argv)
+    return module.main(argv)
 
   return run_main
 

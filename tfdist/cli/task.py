@@ -28,6 +28,8 @@ from tfdist.launch import _task_keras as task_keras
 from tfdist.launch import _trains_alone as trains_alone
 from tfdist.launch import watchdog
 
+TAKES_ARGUMENTS = True  # The command after '--' (tfdist.cli.main refuses them elsewhere).
+
 
 def main(argv) -> int:
   # This process only wraps the task: whatever it imports, it never trained alone.

@@ -39,8 +39,8 @@ def check_cluster(spec: cluster_lib.ClusterSpec) -> None:
         "parameter_server needs a `cluster.chief` task: the chief is the coordinator "
         "that runs the training program, and without one every worker and ps task "
         "serves forever. Add a chief to the cluster (e.g. \"chief\": [\"host:port\"] in "
-        "TF_CONFIG) and run the same script there, or launch with `tfdist launch "
-        "--strategy=parameter_server`, which adds one. Received: jobs "
+        "TF_CONFIG) and run the same script there, or launch it with `tfdist launch "
+        "--workers 2 --ps 1 -- python train.py`, which adds one. Received: jobs "
         f"{sorted(spec.jobs)} and no chief, on task {spec.task}")
 
 
