@@ -38,10 +38,23 @@ def test_the_task_the_others_wait_for_is_named_input_bound():
       "worker:1 holds the others back, waiting for its input (45% of its steps")
   # Alike tasks name no one, nor does a small wait, nor a single task, nor too few steps.
   assert step_times.straggler([_row("worker:0", 0.1, 0.0), _row("worker:1", 0.1, 0.001)]) is None
-  assert step_times.straggler([_row("worker:0", 0.1, 0.03), _row("worker:1", 0.1, 0.04)]) is None
+  assert step_times.straggler([_row("worker:0", 0.1, 0.01), _row("worker:1", 0.1, 0.014)]) is None
   assert step_times.straggler([_row("worker:1", 0.1, 0.095)]) is None
   assert step_times.straggler([_row("worker:0", 0.1, 0.0),
                                _row("worker:1", 0.1, 0.095, steps=4)]) is None
+
+
+@pytest.mark.parametrize("waits", [(0.06, 0.06), (0.03, 0.04), (0.021, 0.065, 0.04)])
+def test_tasks_that_all_wait_for_their_input_make_an_input_bound_job_with_no_one_named(waits):
+  # The same slow input on every task: 65% against 40% is no straggler (one measured so).
+  rows = [_row(f"worker:{i}", 0.1, wait) for i, wait in enumerate(waits)]
+  line = step_times.straggler(rows)
+  assert line.startswith("the job is input-bound: every task waits for its input (")
+  assert "holds the others back" not in line and "worker:" not in line
+  # One task that keeps up is enough for the task that does not to be named.
+  rows.append(_row("worker:9", 0.1, 0.001))
+  assert step_times.straggler(rows).startswith(
+      f"worker:{max(range(len(waits)), key=lambda i: waits[i])} holds the others back")
 
 
 def test_a_task_markedly_slower_than_the_median_is_named_with_why():

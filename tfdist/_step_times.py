@@ -196,7 +196,9 @@ def straggler(rows: Sequence[TaskSteps]) -> Optional[str]:
 
   First a task whose median step is MARKED times the median of the other
   tasks' (tasks that do not wait for each other); else, where steps are alike (a
-  synchronous job), a task whose share of its steps waiting for input is
+  synchronous job), a line saying the job is input-bound when every task
+  waits for its input at least INPUT_BOUND_SHARE of its steps (no task holds
+  the others back), or a task whose share of its steps waiting for input is
   MARKED times the median task's, and at least INPUT_BOUND_SHARE: the one
   the others wait for. Tasks with fewer than MIN_STEPS steps are left out.
   """
@@ -212,6 +214,12 @@ def straggler(rows: Sequence[TaskSteps]) -> Optional[str]:
   measured = [r for r in rows if r.input_share is not None]
   if len(measured) < 2:
     return None
+  least = min(measured, key=lambda r: r.input_share)
+  if least.input_share >= INPUT_BOUND_SHARE:  # No task's input keeps up: none is to blame.
+    most = max(r.input_share for r in measured)
+    return (f"the job is input-bound: every task waits for its input ({_percent(least.input_share)}"
+            f"{'' if most == least.input_share else ' to ' + _percent(most)} of its steps), so "
+            "none is the one the others wait for; speed up the input pipeline (every task's)")
   hungry = max(measured, key=lambda r: r.input_share)
   usual = statistics.median(r.input_share for r in measured if r is not hungry)
   if (hungry.input_share >= max(INPUT_BOUND_SHARE, MARKED * usual) and
