@@ -35,6 +35,35 @@ def test_the_network_section_says_who_can_reach_the_servers():
                    r"network only they reach.*RAY_AUTH_MODE=token", text)
 
 
+def test_a_launch_that_will_be_refused_is_a_problem_with_the_choices(monkeypatch, tmp_path):
+  # No `unshare` on PATH, as on a machine without util-linux: no namespace can be made.
+  monkeypatch.setenv("PATH", str(tmp_path))
+  report = doctor.diagnose({})
+  assert re.search(r"tfdist launch tasks +refused: no private network can be made \(install "
+                   r"util-linux", str(report))
+  assert len(report.problems) == 1 and report.problems[0].startswith(
+      "`tfdist launch` and `tfdist train` will refuse to start a local cluster here: no private "
+      "network can be made (install util-linux")
+  assert "--network=host: TensorFlow's servers then listen on every interface" in \
+      report.problems[0]
+  assert "no problems found" not in str(report)
+  # Chosen already: the host's network is no surprise, so no problem.
+  assert not doctor.diagnose({"TFDIST_NETWORK": "host"}).problems
+
+
+def test_a_namespace_holder_that_fails_is_a_problem_too(monkeypatch, tmp_path):
+  # An `unshare` that exists but fails, as under AppArmor's restriction or in a container.
+  for tool in ("unshare", "nsenter"):
+    path = tmp_path / tool
+    path.write_text("#!/bin/sh\necho 'unshare: write failed /proc/self/uid_map: Operation not "
+                    "permitted' >&2\nexit 1\n")
+    path.chmod(0o755)
+  monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+  problems = doctor.diagnose({}).problems
+  assert len(problems) == 1 and "could not create a private network namespace" in problems[0]
+  assert "Operation not permitted" in problems[0]
+
+
 def test_invalid_tf_config_is_a_problem():
   report = doctor.diagnose({"TF_CONFIG": '{"cluster": {"worker": ["localhost"]}}'})
   assert report.problems == [

@@ -145,16 +145,30 @@ def diagnose(environ: Optional[Mapping[str, str]] = None, *,
     report.problems += problems
   if check_xla:
     report.sections.append(("jit_compile=True (XLA) x strategy", _xla()))
-  report.sections.append(("network", _network()))
+  from tfdist.launch import private_network  # Deferred: only this section needs it.
+  reason = private_network.unavailable_reason()
+  report.sections.append(("network", _network(reason)))
+  if reason is not None and environ.get(private_network.NETWORK_ENV) != "host":
+    report.problems.append(refused_launch(reason))
   _cluster(report, environ, reachability_timeout)
   return report
 
 
-def _network() -> List[Tuple[str, str]]:
+def refused_launch(reason: str) -> str:
+  """The problem when `tfdist launch` will refuse a local cluster here, with the user's choices."""
+  return (f"`tfdist launch` and `tfdist train` will refuse to start a local cluster here: no "
+          f"private network can be made ({reason}). Either run where unprivileged user "
+          "namespaces are allowed (Linux: sysctl kernel.unprivileged_userns_clone=1; Ubuntu "
+          "24.04: kernel.apparmor_restrict_unprivileged_userns=0; Docker: --cap-add SYS_ADMIN "
+          "with an unconfined seccomp and AppArmor profile; macOS has none), or pass "
+          "--network=host: TensorFlow's servers then listen on every interface of this machine "
+          "without authentication, and anyone who reaches their ports can read and change the "
+          "job.")
+
+
+def _network(reason: Optional[str]) -> List[Tuple[str, str]]:
   """Who can reach the TF servers tfdist starts here (TensorFlow binds every interface)."""
-  from tfdist.launch import _exposure as exposure  # Deferred: only this section needs them.
-  from tfdist.launch import private_network
-  reason = private_network.unavailable_reason()
+  from tfdist.launch import _exposure as exposure  # Deferred: only this section needs it.
   local = ("a private loopback-only network: unreachable from other machines" if reason is None
            else f"refused: no private network can be made ({reason}); --network=host or "
                 "TFDIST_NETWORK=host runs them on this machine's network")
