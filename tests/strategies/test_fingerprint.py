@@ -81,18 +81,38 @@ def test_another_variable_at_the_same_place_names_both():
     checker.compare("variable 6, iteration", {"name": "iteration", "value": "() int64"}, 6)
 
 
+def _built(fits):
+  return fingerprint.BUILT.format(fits=fits)
+
+
 def test_a_variable_the_other_task_never_makes_is_only_here_once_it_began_training():
   checker, store = _checker()
-  store.values[_key("worker:0", fingerprint.BUILT, checker.check)] = "12"
+  store.values[_key("worker:0", _built(1), checker.check)] = "12"
   with pytest.raises(ValueError, match=re.escape(
       "variable 12, extra: only on worker:1; worker:0 made 12 variables under this strategy "
       "and began training.") + r".*Received: 12 variables on worker:0, more on worker:1"):
     checker.compare("variable 12, extra", {"name": "extra", "value": "() float32"}, 12)
   # A task that began training with more variables is no such case: it is still to come.
   checker, store = _checker()
-  store.values[_key("worker:0", fingerprint.BUILT, checker.check)] = "13"
+  store.values[_key("worker:0", _built(1), checker.check)] = "13"
   with pytest.raises(ValueError, match=r"did not reach it within 30s"):
     checker.compare("variable 12, extra", {"name": "extra", "value": "() float32"}, 12)
+
+
+def test_a_fit_both_tasks_began_says_nothing_of_the_variables_made_after_it():
+  # Both trained together, then each builds another model: the peer is slower, not short.
+  checker, store = _checker()
+  store.values[_key("worker:0", _built(1), checker.check)] = "6"
+  checker.fits = 1
+  with pytest.raises(ValueError, match=r"did not reach it within 30s"):
+    checker.compare("variable 6, dense/kernel", {"name": "dense/kernel", "value": "(4, 1)"}, 6)
+  # Its second fit, which this task has not begun, does.
+  checker, store = _checker()
+  checker.fits = 1
+  store.values[_key("worker:0", _built(1), checker.check)] = "6"
+  store.values[_key("worker:0", _built(2), checker.check)] = "6"
+  with pytest.raises(ValueError, match=r"only on worker:1"):
+    checker.compare("variable 6, dense/kernel", {"name": "dense/kernel", "value": "(4, 1)"}, 6)
 
 
 @pytest.mark.parametrize("count", [0, 1, 3])
@@ -166,7 +186,8 @@ def test_training_begins_says_how_many_variables_each_strategy_made():
     fingerprint._checkers.remove(checker)
     if added:
       progress._training_begins.remove(fingerprint.all_built)
-  assert store.values[_key("worker:1", fingerprint.BUILT, checker.check)] == "7"
+  assert store.values[_key("worker:1", _built(1), checker.check)] == "7"
+  assert checker.fits == 1
 
 
 def _launch(mode, *flags, timeout=120):

@@ -76,7 +76,10 @@ RECORD_CHARS = 4096
 # checked strategies, so a task that builds two strategies compares each with its twin.
 KEY = "tfdist/check/{check}/{task}/{what}"
 ERROR_KEY = "tfdist/check/{check}/error"
-BUILT = "built"  # The `what` under which a task says how many variables it built.
+# The `what` under which a task says how many variables it had made when its k-th `fit`
+# began training (`built/k`): a peer still before its own k-th `fit` that waits for one more
+# variable waits for one that will not come before that `fit`'s first collective.
+BUILT = "built/{fits}"
 FINGERPRINT = "fingerprint"
 
 
@@ -175,12 +178,13 @@ class _Checker:
     self.peers = [t for t in (tasks or task_names(strategy)) if t != self.me]
     self.check = next(self._numbers)
     self.count = 0  # Variables compared so far.
+    self.fits = 0  # Times training began (a Keras `fit`) since this strategy was made.
     self.fingerprinted = False
     self.failed = False  # This task raised the job's error itself.
     self.comparing = False  # The main thread is in `compare`: it raises any error itself.
     self.busy = threading.local()
     self.stop = threading.Event()
-    self.steps = progress.steps_done()  # Steps before this strategy: the watcher waits for one more.
+    self.steps = 0  # Steps before the watcher started: it waits for one more.
     self.watcher: Optional[threading.Thread] = None
 
   def key(self, task: str, what) -> str:
@@ -228,7 +232,8 @@ class _Checker:
         waiting = True
         progress.phase(progress.CHECK)
       self._raise_job_error()
-      built = self.store.wait_for_key(self.key(peer, BUILT), 1)
+      # The peer began a `fit` this task has not: it waits in that fit's first collective.
+      built = self.store.wait_for_key(self.key(peer, BUILT.format(fits=self.fits + 1)), 1)
       if built is not None and index is not None and _int(built) <= index:
         self.fail(f"Workers disagree before their first collective: {what}: only on "
                   f"{self.me}; {peer} made {_int(built)} variables under this strategy and began "
@@ -262,21 +267,28 @@ class _Checker:
     raise ValueError(message)
 
   def built(self) -> None:
-    """Says how many variables this task made: a peer that waits for one more knows."""
+    """Training begins: says how many variables this task made, for a peer that waits for more."""
+    self.fits += 1
     if not self.failed and self.count:
       try:
-        self.store.insert(self.key(self.me, BUILT), str(self.count))
+        self.store.insert(self.key(self.me, BUILT.format(fits=self.fits)), str(self.count))
       except RuntimeError:
         pass
 
   def start_watching(self) -> None:
-    """A thread that fails this task's collectives with the job's error once a task finds one."""
-    if self.watcher is not None:
+    """A thread that fails this task's collectives with the job's error once a task finds one.
+
+    It ends once a step completes (every worker joined it), and starts again
+    for variables made after that (another model).
+    """
+    if self.watcher is not None and self.watcher.is_alive():
       return
+    if self.watcher is None:
+      atexit.register(self.stop_watching)
+    self.steps = progress.steps_done()
     self.watcher = threading.Thread(target=self._watch, name="tfdist-check-watcher",
                                     daemon=True)
     self.watcher.start()
-    atexit.register(self.stop_watching)
 
   def stop_watching(self) -> None:
     self.stop.set()
