@@ -177,3 +177,138 @@ def test_a_task_publishes_its_row_only_where_asked_and_where_others_step(
     environ[progress.STEPS_PUBLISHED_ENV] = published
   progress.install_from_env(environ)  # No progress directory: nothing is installed.
   assert progress._reporter.publishing is expected
+
+
+# --- The status line of a running epoch (a launched task's Keras `fit`) ---
+
+
+class _Callback:
+  """The little of a Keras Callback the status line uses: the `params` Keras sets."""
+
+  def set_params(self, params):
+    self.params = params
+
+
+class _Clock:
+  """A fake clock: each read returns `now`; counts its reads."""
+
+  def __init__(self, now=100.0):
+    self.now, self.reads = now, 0
+
+  def __call__(self):
+    self.reads += 1
+    return self.now
+
+
+class _Loss:
+  """A loss that counts its conversions, as a tf_keras tensor would fetch its value."""
+
+  def __init__(self, value):
+    self.value, self.fetched = value, 0
+
+  def __float__(self):
+    self.fetched += 1
+    return self.value
+
+
+@pytest.fixture
+def status(monkeypatch):
+  """(a StepReporter given `params`, the fake clock, the tfdist lines logged) in task worker:1."""
+  reporter = progress._Reporter()  # Counts only: no file, nothing of the other tests'.
+  reporter.task, reporter.status_seconds = "worker:1", 10.0
+  reporter.clock = clock = _Clock()
+  monkeypatch.setattr(progress, "_reporter", reporter)
+  logger = logging.getLogger("tfdist")
+  monkeypatch.setattr(logger, "level", logging.INFO)
+  lines = []
+  handler = logging.Handler()
+  handler.emit = lambda record: lines.append(record.getMessage())
+  logger.addHandler(handler)
+
+  def start(params, seconds=10.0):
+    reporter.status_seconds = seconds
+    callback, = progress.keras_callbacks(_Callback)
+    callback.set_params(params)
+    callback.on_train_begin()
+    return callback
+
+  yield start, clock, lines
+  logger.removeHandler(handler)
+
+
+def _batches(callback, clock, first, last, start, seconds_a_step, logs=None):
+  """Ends batches `first`..`last` (from 0) of the running epoch, from `start` on the clock."""
+  for batch in range(first, last + 1):
+    clock.now = start + (batch - first) * seconds_a_step
+    callback.on_train_batch_end(batch, logs)
+
+
+def test_the_status_line_gives_the_step_its_speed_the_loss_and_the_time_left(status, capsys):
+  start, clock, lines = status
+  callback = start({"verbose": 1, "epochs": 3, "steps": 256})
+  loss = _Loss(0.43121)
+  callback.on_epoch_begin(0)
+  reads = clock.reads
+  # 8 steps a second from the first step's end (t=100), which may compile: not measured.
+  _batches(callback, clock, 0, 160, 100.0, 0.125, {"loss": loss})
+  assert lines == [
+      "tfdist: worker:1 epoch 1/3, step 81/256, 8.0 steps/s, loss 0.4312, "
+      "about 22s left in this epoch",
+      "tfdist: worker:1 epoch 1/3, step 161/256, 8.0 steps/s, loss 0.4312, "
+      "about 12s left in this epoch"]
+  assert clock.reads - reads == 161  # One clock read a batch,
+  assert loss.fetched == 2  # and the loss fetched only for the lines written.
+  # Keras's bar (verbose=1) draws its line in place on stdout: the status line starts its own.
+  assert capsys.readouterr().out.startswith("\n")
+  callback.on_epoch_end(0)
+  callback.on_epoch_begin(1)  # Measured again from the new epoch's first step.
+  _batches(callback, clock, 0, 40, 500.0, 0.25, {"loss": 0.0123})
+  assert lines[2:] == [
+      "tfdist: worker:1 epoch 2/3, step 41/256, 4.0 steps/s, loss 0.0123, "
+      "about 54s left in this epoch"]
+
+
+def test_an_epoch_of_unknown_length_has_its_step_and_speed_but_no_time_left(status, capsys):
+  start, clock, lines = status
+  callback = start({"verbose": 2, "epochs": 1, "steps": None})
+  callback.on_epoch_begin(0)
+  _batches(callback, clock, 0, 20, 100.0, 0.5)  # No logs: no loss.
+  assert lines == ["tfdist: worker:1 epoch 1/1, step 21, 2.0 steps/s"]
+  # verbose=2 draws no line in place: nothing to end before the status line.
+  assert not capsys.readouterr().out.startswith("\n")
+
+
+def test_slow_steps_are_seconds_a_step_and_a_long_epoch_hours_and_minutes(status):
+  start, clock, lines = status
+  callback = start({"verbose": 1, "epochs": 1, "steps": 300})
+  callback.on_epoch_begin(0)
+  _batches(callback, clock, 0, 1, 100.0, 30.0)
+  assert lines == [
+      "tfdist: worker:1 epoch 1/1, step 2/300, 30.0s a step, about 2 h 29 min left in this epoch"]
+  assert progress._duration(14 * 60) == "14 min"
+
+
+@pytest.mark.parametrize("params, seconds", [
+    ({"verbose": 0, "epochs": 1, "steps": 100}, 10.0),  # fit(verbose=0): nothing shown.
+    ({"verbose": 1, "epochs": 1, "steps": 100}, 0.0),  # TFDIST_STATUS_SECONDS=0: off.
+])
+def test_no_status_line_with_verbose_0_or_status_seconds_0(status, params, seconds):
+  start, clock, lines = status
+  callback = start(params, seconds)
+  callback.on_epoch_begin(0)
+  _batches(callback, clock, 0, 99, 100.0, 1.0, {"loss": 1.0})
+  assert lines == [] and progress.steps_done() == 100  # Its steps still count.
+
+
+def test_status_seconds_come_from_the_environment_and_a_bad_value_keeps_the_default(status):
+  _, _, lines = status
+  env = progress.STATUS_SECONDS_ENV
+  assert progress.status_seconds({}) == progress.STATUS_SECONDS == 10.0
+  assert progress.status_seconds({env: "2.5"}) == 2.5
+  assert progress.status_seconds({env: "0"}) == 0.0
+  for bad in ("soon", "-1", "nan"):
+    assert progress.status_seconds({env: bad}) == 10.0
+  assert lines[0] == ("tfdist: `TFDIST_STATUS_SECONDS` must be a number of seconds >= 0 (0: no "
+                      "status lines); this task writes one every 10s. Received: "
+                      "TFDIST_STATUS_SECONDS='soon'")
+  assert len(lines) == 3

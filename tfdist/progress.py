@@ -45,6 +45,14 @@ watchdog is off for one training task unless asked). A custom loop calls
     ...   tfdist.training.step_done()
 
 Outside a launch (no `TFDIST_PROGRESS_DIR`), `step_done()` only counts.
+
+While an epoch of a Keras `fit` runs (verbose != 0), a launched task also logs
+a status line every STATUS_SECONDS (`TFDIST_STATUS_SECONDS`, "0": none):
+
+    tfdist: worker:1 epoch 1/3, step 120/256, 6.0 steps/s, loss 0.4312, about 23s left in this epoch
+
+the same under both Kerases, whatever their bars do in a pipe (they redraw one
+line with `\\r`, which the launcher passes on only every few seconds).
 """
 
 import atexit
@@ -52,12 +60,13 @@ import collections
 import faulthandler
 import json
 import logging
+import math
 import os
 import signal
 import sys
 import threading
 import time
-from typing import Optional, Tuple
+from typing import Any, Mapping, Optional, Tuple
 
 from tfdist import _step_times as step_times
 from tfdist import output  # pylint: disable=unused-import  The tfdist logger's handler.
@@ -85,6 +94,10 @@ STEPS_KEY = "tfdist/steps/{task}"
 READ_ROW_MS, READ_ROWS_SECONDS = 500, 2.0
 # "0": no input stamp (`stamped_input`): step times only, none of its cost per element.
 INPUT_WAIT_ENV = "TFDIST_INPUT_WAIT"
+# Seconds between the status lines a task logs while an epoch of a Keras `fit` runs
+# (`_Status`); "0": none. Keras's own bar shows nothing in a pipe until its line ends.
+STATUS_SECONDS_ENV = "TFDIST_STATUS_SECONDS"
+STATUS_SECONDS = 10.0
 PROGRESS_SUFFIX = ".progress"
 STACKS_SUFFIX = ".stacks"
 # The signal that makes a task dump every thread's stack into its stacks file.
@@ -141,6 +154,9 @@ class _Reporter:
     self.profile: Optional[Tuple[int, int, str]] = None  # (first, last, log dir)
     self.profiling = False
     self.stem: Optional[str] = None  # This task's files: directory/stem.*
+    self.task: Optional[str] = None  # This task (worker:1), for its status lines; None: none.
+    self.status_seconds = STATUS_SECONDS
+    self.clock = time.monotonic  # Read once per report (tests give a fake one).
     self.chief = False  # This task names the stragglers at each epoch's end.
     self.shared: Optional[str] = None  # STEPS_SHARED_ENV: the other tasks' rows.
     self.publishing = False  # STEPS_PUBLISHED_ENV: this task's row goes to the service.
@@ -155,9 +171,10 @@ class _Reporter:
     self.stamping = True  # Whether fit's input gets the stamp at all (INPUT_WAIT_ENV).
     self.next_write = 0.0
 
-  def report(self, steps: int, phase: str) -> None:
+  def report(self, steps: int, phase: str) -> float:
+    """Counts `steps` more steps in `phase`; the clock's time of this report."""
     with self.lock:
-      now = time.monotonic()
+      now = self.clock()
       if steps and self.first_step is None:
         self.first_step = now
       self.steps += steps
@@ -167,7 +184,7 @@ class _Reporter:
       if self.profile is not None:
         self._profile()
       if self.fd is None:
-        return
+        return now
       # The mean from the first step on: the first compile is not in it.
       mean = (now - self.first_step) / (self.steps - 1) if self.steps > 1 else 0.0
       line = f"{os.getpid()} {self.steps} {self.events} {phase} {mean:.6f}"
@@ -175,6 +192,7 @@ class _Reporter:
       if now >= self.next_write or phase == END:
         # Not at the end: the service's leader may be gone, and a call to it would wait.
         self.write_steps(now, publish=phase != END)
+      return now
 
   def _time(self, now: float, steps: int, phase: str) -> None:
     """Notes the step time and input wait of `steps` steps that just ended."""
@@ -276,6 +294,116 @@ class _Publisher:
 
 
 _reporter = _Reporter()
+
+
+class _Status:
+  """The status lines of one `fit`: at most one every `seconds` while an epoch trains.
+
+  `epochs` and `steps` (a step per epoch) as Keras's `params` give them; None:
+  not known. Fed the time of each batch's end, so that it reads no clock itself.
+  """
+
+  def __init__(self, task: str, seconds: float, epochs: Optional[int], steps: Optional[int]):
+    self.task, self.seconds, self.epochs, self.steps = task, seconds, epochs, steps
+    self.lock = threading.Lock()  # Keras 3 may end batches in several threads at once.
+    self.epoch = 0
+    self.step = 0  # Steps done in this epoch.
+    self.due = math.inf  # When the next line may be written.
+    # (time, step) the speed is measured from: the last line, else the epoch's first step
+    # (which may compile), so that a first line measures `seconds` of steps.
+    self.mark: Optional[Tuple[float, int]] = None
+    self.drawing = False  # Keras's bar draws a line in place on stdout (verbose=1).
+
+  def epoch_begins(self, epoch: int) -> None:
+    with self.lock:
+      self.epoch, self.step, self.mark, self.due = epoch, 0, None, math.inf
+
+  def batch_end(self, batch: int, logs: Optional[Mapping[str, Any]], now: float) -> Optional[str]:
+    """The line to write after batch `batch` (from 0) of this epoch, ended at `now`; else None."""
+    with self.lock:
+      self.step = step = max(self.step, batch + 1)
+      if self.mark is None:
+        self.mark, self.due = (now, step), now + self.seconds
+        return None
+      if now < self.due:
+        return None
+      (then, before), self.mark, self.due = self.mark, (now, step), now + self.seconds
+    rate = (step - before) / (now - then) if now > then and step > before else None
+    return self.line(step, rate, logs)
+
+  def line(self, step: int, rate: Optional[float], logs: Optional[Mapping[str, Any]]) -> str:
+    """e.g. 'worker:1 epoch 1/3, step 120/256, 6.0 steps/s, loss 0.4312, about 23s left in
+    this epoch'."""
+    parts = [f"{self.task} epoch {self.epoch + 1}" + (f"/{self.epochs}" if self.epochs else ""),
+             f"step {step}" + (f"/{self.steps}" if self.steps else "")]
+    if rate:
+      parts.append(f"{rate:.1f} steps/s" if rate >= 1 else f"{1 / rate:.1f}s a step")
+    loss = _number((logs or {}).get("loss"))  # tf_keras's is a tensor, fetched only here.
+    if loss is not None:
+      parts.append(f"loss {loss:.4f}" if abs(loss) >= 1e-3 or loss == 0 else f"loss {loss:.4e}")
+    if rate and self.steps and step < self.steps:
+      parts.append(f"about {_duration((self.steps - step) / rate)} left in this epoch")
+    return ", ".join(parts)
+
+
+def _number(value) -> Optional[float]:
+  """`value` (a float, a NumPy or TensorFlow scalar) as a float; None for anything else."""
+  if value is None:
+    return None
+  try:
+    return float(value)
+  except Exception:  # pylint: disable=broad-except  A parameter server's remote value: no loss.
+    return None
+
+
+def _duration(seconds: float) -> str:
+  """'23s', '14 min' or '2 h 05 min'."""
+  if seconds < 100:
+    return f"{seconds:.0f}s"
+  minutes = round(seconds / 60)
+  if minutes < 100:
+    return f"{minutes} min"
+  return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def _status(params: Optional[Mapping[str, Any]]) -> Optional[_Status]:
+  """The status lines of a `fit` with Keras's `params`; None where it shows none."""
+  params = params or {}
+  if _reporter.task is None or not _reporter.status_seconds > 0 or not params.get("verbose", 1):
+    return None
+  status = _Status(_reporter.task, _reporter.status_seconds, params.get("epochs"),
+                   params.get("steps"))
+  status.drawing = params.get("verbose", 1) == 1
+  return status
+
+
+def _end_keras_line() -> None:
+  """Ends the line Keras's bar draws in place on stdout, so that the status line starts
+  its own, not after the bar's text: in a pipe (the launcher's, a pod's log) the two would
+  read as one line. The bar draws its next state on the next line."""
+  try:
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+  except Exception:  # pylint: disable=broad-except  A closed or replaced stdout: no bar either.
+    pass
+
+
+def status_seconds(environ: Mapping[str, str]) -> float:
+  """Seconds between status lines as `TFDIST_STATUS_SECONDS` asks (0: none); a value that is
+  no number of seconds >= 0 is told, and the default kept: a status line never stops a job."""
+  text = environ.get(STATUS_SECONDS_ENV, "")
+  if text == "":
+    return STATUS_SECONDS
+  try:
+    seconds = float(text)
+  except ValueError:
+    seconds = math.nan
+  if not seconds >= 0:
+    logger.warning("tfdist: `%s` must be a number of seconds >= 0 (0: no status lines); this "
+                   "task writes one every %gs. Received: %s=%r", STATUS_SECONDS_ENV,
+                   STATUS_SECONDS, STATUS_SECONDS_ENV, text)
+    return STATUS_SECONDS
+  return seconds
 
 
 def parse_steps(text: str) -> Tuple[int, int]:
@@ -437,14 +565,17 @@ def steps_done() -> int:
   return _reporter.steps
 
 
-def install(directory: str, task_type: str, task_index: int, *, chief: bool = False) -> None:
+def install(directory: str, task_type: str, task_index: int, *, chief: bool = False,
+            status_every: float = STATUS_SECONDS) -> None:
   """Reports this process's progress into `directory`, and its stacks on SIGUSR1.
 
   `chief`: this task names a markedly slower task at each epoch's end (`epoch_end`).
+  `status_every`: seconds between the status lines of a Keras `fit` (0: none).
   """
   global _stacks_file
   stem = os.path.join(directory, file_name(f"{task_type}:{task_index}"))
   _reporter.stem, _reporter.chief = stem, chief
+  _reporter.task, _reporter.status_seconds = f"{task_type}:{task_index}", status_every
   # Opened by this task, not inherited: a restarted task starts from 0 steps.
   _reporter.fd = os.open(stem + PROGRESS_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
   _stacks_file = open(stem + STACKS_SUFFIX, "w", encoding="utf-8")
@@ -456,7 +587,8 @@ def install(directory: str, task_type: str, task_index: int, *, chief: bool = Fa
 
 def install_from_env(environ=None) -> bool:
   """`install` when the launcher asked for it (`TFDIST_PROGRESS_DIR` and a TF_CONFIG task),
-  and the profile of `TFDIST_PROFILE`'s steps into `TFDIST_PROFILE_DIR`/<task>.
+  and the profile of `TFDIST_PROFILE`'s steps into `TFDIST_PROFILE_DIR`/<task>; the status
+  lines of its Keras `fit`s every `TFDIST_STATUS_SECONDS`.
 
   Never raises: a task whose directory is gone trains unwatched. Returns whether
   anything needs the steps reported.
@@ -494,7 +626,8 @@ def install_from_env(environ=None) -> bool:
       _reporter.stamping = False
   if directory:
     try:
-      install(directory, task["type"], int(task["index"]), chief=chief)
+      install(directory, task["type"], int(task["index"]), chief=chief,
+              status_every=status_seconds(environ))
     except OSError:
       directory = None
   if environ is os.environ:
@@ -530,15 +663,21 @@ def keras_callbacks(base: type) -> list:
   """
 
   class StepReporter(base):
-    """Reports each training step, and the boundaries after which a step may compile."""
+    """Reports each training step, and the boundaries after which a step may compile; logs
+    the status line of a running epoch every STATUS_SECONDS."""
 
-    async_safe = True  # Keras 3 may call it from its callback thread: it only counts.
+    async_safe = True  # Keras 3 may call it from its callback threads: it counts, under locks.
+    status: Optional[_Status] = None
 
     def on_train_begin(self, logs=None):
+      # Both Kerases set `params` (verbose, epochs, steps) before fit begins.
+      self.status = _status(getattr(self, "params", None))
       training_begins()
 
     def on_epoch_begin(self, epoch, logs=None):
       boundary()
+      if self.status is not None:
+        self.status.epoch_begins(epoch)
 
     def on_epoch_end(self, epoch, logs=None):
       epoch_end()
@@ -547,7 +686,14 @@ def keras_callbacks(base: type) -> list:
       boundary()
 
     def on_train_batch_end(self, batch, logs=None):
-      step_done()
+      now = _reporter.report(1, STEP)  # The batch's one clock read.
+      if self.status is not None:
+        line = self.status.batch_end(batch, logs, now)
+        # INFO: on the task's stdout, flushed at once (tfdist.output), unless quietened.
+        if line and logger.isEnabledFor(logging.INFO):
+          if self.status.drawing:
+            _end_keras_line()
+          logger.info("tfdist: %s", line)
 
     def on_train_end(self, logs=None):
       training_end()

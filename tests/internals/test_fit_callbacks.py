@@ -1,5 +1,9 @@
 """tfdist.internals.fit_callbacks: every `fit` gets the callbacks, however it passes its own."""
 
+import itertools
+import logging
+import re
+
 import numpy as np
 import pytest
 
@@ -43,3 +47,39 @@ def test_every_fit_of_both_kerases_gets_the_callbacks_beside_its_own(seen, libra
   assert strategies == [model.distribute_strategy] * 3  # x by position each time.
   model.fit(x=x, y=y, batch_size=8, epochs=1, verbose=0)  # x by name.
   assert strategies == [model.distribute_strategy] * 4
+
+
+@pytest.mark.parametrize("library", ["tf_keras", "keras"])
+@pytest.mark.parametrize("verbose", [1, 0])
+def test_a_launched_tasks_fit_logs_its_status_with_the_loss_under_both_kerases(
+    monkeypatch, library, verbose):
+  from tfdist import progress
+  keras = __import__(library)
+  reporter = progress._Reporter()  # As in a launched task worker:0, but counting only.
+  reporter.task, reporter.status_seconds = "worker:0", 2.5
+  ticks = itertools.count()
+  reporter.clock = lambda: float(next(ticks))  # A second a read: a line every few batches.
+  monkeypatch.setattr(progress, "_reporter", reporter)
+  logger = logging.getLogger("tfdist")
+  monkeypatch.setattr(logger, "level", logging.INFO)
+  lines = []
+  handler = logging.Handler()
+  handler.emit = lambda record: lines.append(record.getMessage())
+  logger.addHandler(handler)
+  assert fit_callbacks.enable_fit_callbacks(progress.keras_callbacks)
+  try:
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = np.ones((16, 2), "float32"), np.ones((16, 1), "float32")
+    model.fit(x, y, batch_size=1, epochs=1, verbose=verbose)
+  finally:
+    fit_callbacks.disable_fit_callbacks()
+    logger.removeHandler(handler)
+  if not verbose:
+    assert lines == []
+    return
+  # tf_keras hands tfdist's callbacks its logs as tensors: the loss is fetched for the line.
+  form = (r"tfdist: worker:0 epoch 1/1, step \d+/16, [\d.]+ steps/s, loss \d+\.\d{4}"
+          r"(, about \d+s left in this epoch)?")
+  assert lines and all(re.fullmatch(form, line) for line in lines), lines
+  assert any(line.endswith("left in this epoch") for line in lines), lines

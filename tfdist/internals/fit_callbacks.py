@@ -57,7 +57,9 @@ def _patch(module, make: MakeCallbacks, input_of: Optional[Callable]) -> None:
     if callbacks is None or isinstance(callbacks, (list, tuple)):
       added = make(base)
       for callback in added:
-        if legacy:  # Its hooks never read the logs: tf_keras fetches none for them.
+        # tf_keras would fetch the logs at every batch for them: they get them as tensors,
+        # which the status line converts only when it writes one (tfdist.progress).
+        if legacy:
           tf_keras_internals.never_fetch_logs(callback)
       callbacks = list(callbacks or []) + added
       if positional:

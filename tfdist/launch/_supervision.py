@@ -2,7 +2,8 @@
 
 Each task (and each tf.data service server, `data_servers`) is a process in
 its own process group that dies with the launcher, however the launcher dies.
-Its lines are prefixed (`[worker:1] ...`) as they come. `Cluster.run` waits
+Its lines are prefixed (`[worker:1] ...`) as they come; of a line it redraws
+with `\\r` (a progress bar), one every REDRAW_SECONDS. `Cluster.run` waits
 for the tasks that must finish and applies the restart rules: without ps
 tasks every task restarts together (collectives need all of them); a
 parameter-server worker restarts alone, or the others go on without it.
@@ -13,7 +14,10 @@ period.
 import collections
 import ctypes
 import dataclasses
+import math
 import os
+import re
+import select
 import shutil
 import signal
 import subprocess
@@ -32,6 +36,11 @@ _TAIL_LINES = 20
 TIMEOUT_EXIT_CODE = 124
 # Exit code for a job ended by the stall watchdog.
 STALL_EXIT_CODE = watchdog_lib.STALL_EXIT_CODE
+# A task's line redrawn with `\r` is passed on at most this often (Keras's bar redraws
+# at every step), and always its last state before its `\n`.
+REDRAW_SECONDS = 5.0
+_READ_BYTES = 65536
+_LINE_END = re.compile(rb"([\r\n])")
 
 
 class LaunchError(RuntimeError):
@@ -236,14 +245,30 @@ class Cluster:
                       must_finish=not server and must_finish(self.spec, task))
 
   def _pump(self, process, prefix, tail) -> None:
-    for raw in iter(process.stdout.readline, b""):
-      # Children may print anything; never let a bad byte kill the launcher.
-      line = raw.decode("utf-8", errors="replace").rstrip("\n")
-      tail.append(line)
-      with self.lock:
-        self.output.write(prefix + line + "\n")
-        self.output.flush()
+    # Raw reads, not readline: a line redrawn with `\r` would wait for its `\n`.
+    fd = process.stdout.fileno()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    lines = OutputLines()
+    while True:
+      wait = lines.wait(time.monotonic())
+      if wait is not None and not poller.poll(wait * 1000):
+        self._write(prefix, tail, lines.due(time.monotonic()))  # A redraw held back.
+        continue
+      data = os.read(fd, _READ_BYTES)
+      if not data:
+        break
+      self._write(prefix, tail, lines.feed(data, time.monotonic()))
+    self._write(prefix, tail, lines.close())
     process.stdout.close()
+
+  def _write(self, prefix: str, tail, lines: List[str]) -> None:
+    if not lines:
+      return
+    tail.extend(lines)
+    with self.lock:
+      self.output.writelines(prefix + line + "\n" for line in lines)
+      self.output.flush()
 
   def report(self, message: str) -> None:
     """Writes one `[tfdist launch]` line to the launch's output."""
@@ -358,6 +383,78 @@ class Cluster:
       return _RESTART
     self.report(f"{what}; stopping the other tasks. Its last lines:\n{tail}")
     return code
+
+
+class OutputLines:
+  """A task's output bytes as the lines to pass on: every line that ends with `\\n`; of a line
+  redrawn with `\\r`, one state every `every` seconds and the last before its `\\n`.
+
+  Keras's bar redraws its line at every step (`\\b`s, `\\r`, the new state); in a
+  pipe, a reader of lines would see it only at the epoch's end.
+  """
+
+  def __init__(self, every: float = REDRAW_SECONDS):
+    self.every = every
+    self.rest: List[bytes] = []  # The bytes since the last line end.
+    self.held: Optional[str] = None  # The newest redrawn state not passed on.
+    self.shown = -math.inf  # When a redrawn state was last passed on.
+    self.redrawing = False  # The last line end was a `\r`.
+
+  def feed(self, data: bytes, now: float) -> List[str]:
+    """The lines to pass on once `data`, read at `now`, is added."""
+    parts = _LINE_END.split(data)  # [text, end, text, end, ..., the rest]
+    if len(parts) == 1:
+      self.rest.append(data)
+      return []
+    lines = []
+    parts[0] = b"".join(self.rest) + parts[0]
+    self.rest = [parts[-1]] if parts[-1] else []
+    for raw, end in zip(parts[:-1:2], parts[1::2]):
+      lines += self._line(raw, end == b"\r", now)
+    return lines
+
+  def _line(self, raw: bytes, redrawn: bool, now: float) -> List[str]:
+    # Children may print anything; never let a bad byte kill the launcher.
+    text = raw.decode("utf-8", errors="replace")
+    if not redrawn:
+      after_redraw, self.redrawing = self.redrawing, False
+      if after_redraw and not text:  # The line's end after its last redraw (`\r\n`).
+        held, self.held = self.held, None
+        return [] if held is None else [held]
+      self.held = None  # This line is the newer state.
+      return [text]
+    self.redrawing = True
+    text = text.rstrip("\b")  # The bar moves back over itself before its next `\r`.
+    if not text.strip():  # Nothing drawn (a first `\r`): the state held stays.
+      return []
+    if now - self.shown >= self.every:
+      self.shown, self.held = now, None
+      return [text]
+    self.held = text
+    return []
+
+  def wait(self, now: float) -> Optional[float]:
+    """Seconds until a redrawn state held back is due; None: nothing held."""
+    return None if self.held is None else max(0.0, self.shown + self.every - now)
+
+  def due(self, now: float) -> List[str]:
+    """The state held back, if it is due at `now`."""
+    if self.held is None or now - self.shown < self.every:
+      return []
+    held, self.held, self.shown = self.held, None, now
+    return [held]
+
+  def close(self) -> List[str]:
+    """The lines left when the output ends: the state held back, a last line without `\\n`."""
+    held, self.held = self.held, None
+    rest, self.rest = b"".join(self.rest), []
+    text = rest.decode("utf-8", errors="replace")
+    if self.redrawing:
+      text = text.rstrip("\b")
+      if text.strip():
+        return [text]  # Drawn after the state held back: the newer.
+      return [] if held is None else [held]
+    return [text] if text else []  # Nothing is held after a `\n`.
 
 
 def stop_all(tasks: List[Supervised], grace_period: float) -> None:
