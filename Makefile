@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 CHECKOV := $(VENV)/checkov
 CHECKOV_VERSION := 3.3.30
 
-.PHONY: compare test install slurm docs
+.PHONY: compare test test-fast install slurm docs
 
 install: $(VENV)/.installed $(CHECKOV)/.installed
 
@@ -31,7 +31,7 @@ $(CHECKOV)/.installed: Makefile | $(VENV)/.installed
 # Beside the five strategies: multi_worker_mirrored with local SGD and DiLoCo every 16
 # steps, and with TensorFlow's own thread pools instead of the launcher's share.
 compare: install
-	$(BIN)/tfdist compare --local_sgd=16 --thread_share
+	$(BIN)/tfdist compare --sync_every=16 --thread_share
 
 # The SLURM tests run a real slurmctld/slurmd on localhost (Debian's packages).
 # Without root or apt-get they are skipped, with the reason in pytest's summary.
@@ -44,9 +44,18 @@ slurm:
 # Two phases: most tests share both cores (whole files per process, so a
 # module's cluster is started once), then the tests marked `alone` (speeds
 # measured side by side, hundreds of ports held) run with nothing else beside them.
+# Each phase prints its wall time, and pytest the 20 slowest tests (setup.cfg):
+# a regression shows the day it lands.
 test: install slurm
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not alone"
-	$(BIN)/python -m pytest -m alone
+	@start=$$(date +%s); $(BIN)/python -m pytest -n 2 --dist loadfile -m "not alone"; \
+	  code=$$?; echo "phase 1 (not alone, 2 processes): $$(( $$(date +%s) - start )) s of wall time"; \
+	  exit $$code
+	@start=$$(date +%s); $(BIN)/python -m pytest -m alone; \
+	  code=$$?; echo "phase 2 (alone): $$(( $$(date +%s) - start )) s of wall time"; exit $$code
+
+# Before every commit: each module's unit tests, no clusters, notebooks or SLURM.
+test-fast: install
+	$(BIN)/python -m pytest -n 2 -q -m "not slow and not alone and not slurm"
 
 docs: install
 	$(BIN)/mkdocs build --strict --site-dir site

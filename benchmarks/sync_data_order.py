@@ -65,7 +65,7 @@ def main(argv):
     results[name] = _accuracy(job.train(config).export_path, x_test, y_test)
   out = os.path.join(tempfile.mkdtemp(), "mwms.json")
   subprocess.run([sys.executable, "-m", "tfdist", "train", "--strategy=multi_worker_mirrored",
-                  "--verbose=0", f"--result_file={out}"], check=True, timeout=900)
+                  "--verbose=0", f"--output={out}"], check=True, timeout=900)
   with open(out) as f:
     results["multi_worker_mirrored"] = json.load(f)["accuracy"]
   for name, accuracy in results.items():

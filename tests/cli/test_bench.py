@@ -12,7 +12,7 @@ import helpers
 def test_cli_writes_one_key_per_ratio(tmp_path):
   out = tmp_path / "bench.json"
   result = helpers.run(helpers.tfdist_cli(
-      "bench", "--suites=small_model", "--suites=allreduce", "--repeats=1", "--steps=10",
+      "bench", "--suites=small_model,allreduce", "--repeats=1", "--steps=10",
       "--sizes_mb=1", f"--output={out}"), timeout=600)
   assert result.returncode == 0, result.stdout[-3000:]
   written = json.loads(out.read_text())
@@ -105,4 +105,14 @@ def test_cli_latency_target_must_be_positive():
                        timeout=120)
   assert result.returncode != 0
   assert "--latency_target_ms must be > 0 (a p99 latency in milliseconds). Received: 0" \
+      in result.stdout
+
+
+def test_cli_suites_take_commas_and_repeats_and_name_the_valid_ones():
+  # A repeated --suites adds to the list (absl's list flags keep the last alone).
+  result = helpers.run(helpers.tfdist_cli("bench", "--suites=small_model,overhead",
+                                          "--suites", "nope"), timeout=120)
+  assert result.returncode != 0
+  assert ("--suites takes any of ['overhead', 'small_model', 'allreduce', 'scaling', 'advise', "
+          "'serving'], comma-separated. Received: ['small_model', 'overhead', 'nope']") \
       in result.stdout

@@ -40,6 +40,6 @@ def test_compare_names_the_valid_kerases():
 
 
 def test_compare_names_the_valid_sync_intervals():
-  result = helpers.run(helpers.tfdist_cli("compare", "--local_sgd=4,0"), timeout=60)
+  result = helpers.run(helpers.tfdist_cli("compare", "--sync_every=4,0"), timeout=60)
   assert result.returncode != 0
-  assert "--local_sgd takes sync intervals >= 1, comma-separated, e.g. 1,4,16." in result.stdout
+  assert "--sync_every takes sync intervals >= 1, comma-separated, e.g. 1,4,16." in result.stdout

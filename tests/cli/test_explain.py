@@ -4,7 +4,7 @@ import helpers
 
 
 def test_explain_cli():
-  result = helpers.run(helpers.tfdist_cli("explain", "--workers=2", "--replicas_per_worker=2"),
+  result = helpers.run(helpers.tfdist_cli("explain", "--workers=2", "--devices_per_worker=2"),
                        timeout=120)
   assert result.returncode == 0, result.stdout[-2000:]
   assert "shard policy       FILE" in result.stdout

@@ -126,3 +126,43 @@ def test_the_cli_reference_page_is_generated_from_the_flags():
                                   f"regenerate it: {_help.REGENERATE}")
   for command in main.COMMANDS:
     assert f"\n## tfdist {command}\n" in generated, command
+
+
+# --- renamed flags: refused with the new name, before anything is imported -----
+
+@pytest.mark.parametrize("command, argument, new", [
+    ("train", "--devices=2", "--devices_per_worker"),
+    ("train", "--result_file=r.json", "--output"),
+    ("verify", "--devices", "--devices_per_worker"),
+    ("verify", "--result_file=r.json", "--output"),
+    ("explain", "--replicas_per_worker=2", "--devices_per_worker"),
+    ("scale", "--batch_size=64", "--per_replica_batch_size"),
+    ("advise", "-batch_size=64", "--per_replica_batch_size"),
+    ("compare", "--local_sgd=1,4,16", "--sync_every"),
+    ("launch", "--workdir=/tmp/job", "--work_dir"),
+])
+def test_a_renamed_flag_is_refused_with_its_new_name(command, argument, new, capsys,
+                                                     monkeypatch):
+  monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")  # main.run sets it; restored after.
+  with pytest.raises(SystemExit) as exited:
+    main.run(["tfdist", command, "--epochs=1", argument, "--", "python", "x.py"])
+  assert exited.value.code == 2
+  old = argument.lstrip("-").partition("=")[0]
+  assert capsys.readouterr().err == (f"tfdist {command}: --{old} was renamed {new}. "
+                                     f"Received: {argument}\n")
+
+
+def test_renamed_flags_are_read_as_absl_reads_flags_and_only_the_commands_own():
+  assert main.renamed_flag("train", ["--nodevices"]) == (
+      "tfdist train: --devices was renamed --devices_per_worker. Received: --nodevices")
+  assert main.renamed_flag("launch", ["--workers=2", "--", "python", "x.py", "--workdir=x"]) \
+      is None
+  assert main.renamed_flag("train", ["--batch_size=64", "--devices_per_worker=2"]) is None
+  assert main.renamed_flag("doctor", ["--devices=2"]) is None  # absl names an unknown flag.
+
+
+@pytest.mark.parametrize("command", sorted(main.RENAMED))
+def test_each_renamed_flag_is_gone_and_its_new_name_defined(command):
+  defined = _defined_flags(command)
+  for old, new in main.RENAMED[command].items():
+    assert new in defined and old not in defined, (command, old, new)

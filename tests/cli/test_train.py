@@ -21,7 +21,7 @@ def test_multi_worker_mirrored_two_processes_identical_weights(tmp_path):
   result_file = tmp_path / "result.json"
   result = helpers.run(helpers.tfdist_cli(
       "train", "--strategy=multi_worker_mirrored", "--workers=2", "--epochs=4",
-      f"--result_file={result_file}", "--verbose=2"), timeout=300)
+      f"--output={result_file}", "--verbose=2"), timeout=300)
   assert result.returncode == 0, result.stdout[-3000:]
   per_task = results(result.stdout)
   assert set(per_task) == {"worker:0", "worker:1"}
@@ -47,13 +47,13 @@ USER = os.path.join(helpers.SCRIPTS, "user")
 @pytest.mark.parametrize("strategy", ["mirrored", "multi_worker_mirrored"])
 def test_users_own_model_and_data(strategy):
   result = helpers.run(helpers.tfdist_cli(
-      "train", f"--strategy={strategy}", "--devices=2", "--epochs=4", "--batch_size=32",
+      "train", f"--strategy={strategy}", "--devices_per_worker=2", "--epochs=4", "--batch_size=32",
       f"--model={USER}/regression_model.py", f"--data={USER}/regression_data.py"), timeout=300)
   assert result.returncode == 0, result.stdout[-3000:]
   losses = [float(v) for v in re.findall(r"strategy=.* loss=([\d.]+)", result.stdout)]
   assert losses and max(losses) < 0.1  # Learns the linear map; started near 2.
-  # Under multi_worker_mirrored, --devices are each worker's replicas: 2 workers
-  # x 2 devices, a result line from each worker.
+  # Under multi_worker_mirrored, --devices_per_worker is each worker's replicas:
+  # 2 workers x 2 devices, a result line from each worker.
   expected = ["2"] if strategy == "mirrored" else ["4", "4"]
   assert re.findall(r"replicas=(\d+)", result.stdout) == expected
 

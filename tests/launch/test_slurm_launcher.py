@@ -72,7 +72,7 @@ def slurm():
 @pytest.mark.slurm
 def test_multi_worker_recipe_trains_under_sbatch(slurm, tmp_path):
   result = helpers.run(helpers.tfdist_cli(
-      "launch", "--slurm", "--workers=2", "--timeout=300", f"--workdir={tmp_path}", "--",
+      "launch", "--slurm", "--workers=2", "--timeout=300", f"--work_dir={tmp_path}", "--",
       sys.executable, f"{helpers.REPO}/strategies/multi_worker_mirrored.py"), timeout=400,
       env={"SLURM_CONF": slurm.conf})
   assert len(list(tmp_path.glob("tfdist-job-*.sbatch"))) == 1
@@ -91,7 +91,7 @@ def test_a_parameter_server_job_ends_with_its_chief(slurm, tmp_path):
   # Before: the ps and worker tasks served forever, so the step ran until its
   # time limit after training ended (here: cancelled by --timeout, exit 124).
   result = helpers.run(helpers.tfdist_cli(
-      "launch", "--slurm", "--workers=1", "--ps=1", "--timeout=240", f"--workdir={tmp_path}",
+      "launch", "--slurm", "--workers=1", "--ps=1", "--timeout=240", f"--work_dir={tmp_path}",
       # 3 tasks on this 2-CPU node: more tasks than CPUs, as SLURM allows when asked.
       "--sbatch=--overcommit", "--", sys.executable, f"{helpers.REPO}/strategies/parameter_server.py"), timeout=400,
       env={"SLURM_CONF": slurm.conf})
@@ -121,7 +121,7 @@ def test_two_jobs_on_one_node_at_once_get_different_ports(slurm, tmp_path):
     for name in ("a", "b"):  # Both submitted before either ends.
       (tmp_path / name).mkdir()
       processes.append(stack.enter_context(helpers.spawned(helpers.tfdist_cli(
-          "launch", "--slurm", "--workers=2", "--timeout=120", f"--workdir={tmp_path / name}",
+          "launch", "--slurm", "--workers=2", "--timeout=120", f"--work_dir={tmp_path / name}",
           "--sbatch=--oversubscribe", "--", sys.executable, "-c", HOLD_PORT),
           env={"SLURM_CONF": slurm.conf})))
     outputs = [(p.communicate(timeout=200)[0], p.returncode) for p in processes]
@@ -143,7 +143,7 @@ def test_a_failing_job_returns_its_exit_code(slurm, tmp_path):
   workdir.mkdir()
   (workdir / "tfdist-job.sbatch").symlink_to(tmp_path / "not-followed")  # Once a fixed name.
   result = helpers.run(helpers.tfdist_cli(
-      "launch", "--slurm", "--workers=2", "--timeout=120", f"--workdir={workdir}", "--",
+      "launch", "--slurm", "--workers=2", "--timeout=120", f"--work_dir={workdir}", "--",
       sys.executable, "-c",
       "import os, socket, sys, time; rank = os.environ['SLURM_PROCID']; print('rank', rank, "
       "'sees', [name for _, name in socket.if_nameindex()], flush=True); "
@@ -192,7 +192,7 @@ def test_job_names_directives_and_paths_stay_on_their_line():
 
 
 def test_no_slurm_here_is_a_clear_error(tmp_path):
-  result = helpers.run(helpers.tfdist_cli("launch", "--slurm", f"--workdir={tmp_path}", "--",
+  result = helpers.run(helpers.tfdist_cli("launch", "--slurm", f"--work_dir={tmp_path}", "--",
                                           "true"), timeout=60, env={"PATH": str(tmp_path)})
   assert result.returncode == 1
   assert "tfdist launch: `sbatch` is not installed here: run on a SLURM login node" \
@@ -233,7 +233,7 @@ def test_the_template_users_read_is_the_one_tfdist_renders():
 def test_a_tf_data_service_runs_beside_the_training_step(slurm, tmp_path):
   result = helpers.run(helpers.tfdist_cli(
       "launch", "--slurm", "--workers=2", "--data_workers=2", "--timeout=300",
-      f"--workdir={tmp_path}", "--", sys.executable,
+      f"--work_dir={tmp_path}", "--", sys.executable,
       f"{helpers.SCRIPTS}/data_service_train.py", "600"), timeout=400,
       env={"SLURM_CONF": slurm.conf})
   assert result.returncode == 0, result.stdout[-3000:]
@@ -283,7 +283,7 @@ def test_a_stalled_task_dumps_its_stacks_says_where_and_the_step_runs_again(slur
   # the step runs again in the allocation (--max_restarts), where both go through.
   result = helpers.run(helpers.tfdist_cli(
       "launch", "--slurm", "--workers=2", "--stall_timeout=2", "--timeout=120",
-      "--max_restarts=1", f"--workdir={tmp_path}", "--",
+      "--max_restarts=1", f"--work_dir={tmp_path}", "--",
       *helpers.python(os.path.join(helpers.SCRIPTS, "stall_loop.py"), str(tmp_path))),
       timeout=200, env={"SLURM_CONF": slurm.conf, "TFDIST_GRACE_PERIOD": "2"})
   out = result.stdout
@@ -310,7 +310,7 @@ MIRRORED = "import tensorflow as tf; tf.distribute.MirroredStrategy()"
 def test_a_job_in_which_no_two_tasks_joined_a_collective_is_named_at_its_end(slurm, tmp_path):
   # Before: each task said its own line, and the launch ended in silence.
   result = helpers.run(helpers.tfdist_cli(
-      "launch", "--slurm", "--workers=2", "--timeout=120", f"--workdir={tmp_path}", "--",
+      "launch", "--slurm", "--workers=2", "--timeout=120", f"--work_dir={tmp_path}", "--",
       *helpers.python("-c", MIRRORED)), timeout=200, env={"SLURM_CONF": slurm.conf})
   out = result.stdout
   assert result.returncode == 0, out[-3000:]  # Warn: the default.

@@ -52,7 +52,7 @@ def test_multi_worker_writes_once(tmp_path):
 def test_killed_job_resumes_from_the_last_finished_epoch(tmp_path):
   command = helpers.tfdist_cli(
       "train", "--strategy=multi_worker_mirrored", "--epochs=6", "--verbose=2",
-      f"--checkpoint_dir={tmp_path}", f"--result_file={tmp_path / 'result.json'}")
+      f"--checkpoint_dir={tmp_path}", f"--output={tmp_path / 'result.json'}")
   first = []
   with helpers.spawned(command) as process:
     for line in process.stdout:  # Kill the whole cluster once epoch 3 has begun.
@@ -83,7 +83,7 @@ RESUMED = r"BackupAndRestore: resuming after epoch (\d+), batch (\d+)"
 
 @pytest.mark.slow
 def test_sigterm_backs_up_mid_epoch_and_the_job_resumes_there(tmp_path):
-  command = helpers.tfdist_cli("train", "--strategy=mirrored", "--devices=2", "--epochs=4",
+  command = helpers.tfdist_cli("train", "--strategy=mirrored", "--devices_per_worker=2", "--epochs=4",
                                "--verbose=2", f"--checkpoint_dir={tmp_path}")
   head, rest, code = helpers.signal_when(command, "Epoch 3/4", signal.SIGTERM)
   assert code == checkpoints.PREEMPTED_EXIT_CODE == 143, (head + rest)[-3000:]

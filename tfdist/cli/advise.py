@@ -6,10 +6,10 @@
 Measures only what it must, and never trains to convergence:
   1. in one fresh process with K devices (logical CPUs stand in for GPUs on
      a machine without any), the model's memory per replica, then, side by
-     side, one device at --batch_size and at the largest global batch, and
-     with K > 1 mirrored and central storage over the K devices, and, when the
-     model does not fit --memory_per_device, its layers split over them with
-     micro-batches (model parallelism);
+     side, one device at --per_replica_batch_size and at the largest global
+     batch, and with K > 1 mirrored and central storage over the K devices,
+     and, when the model does not fit --memory_per_device, its layers split
+     over them with micro-batches (model parallelism);
   2. with N > 1 workers: a 2-worker cluster on this machine, for the step it
      runs, the per-step latency and the all-reduce bandwidth (unless
      --busbw_gbps and --latency_ms give the links of your network);
@@ -35,7 +35,10 @@ _MODEL = flags.DEFINE_string("model", "cnn", "cnn, convnet, mlp, or a .py file /
 _DATA = flags.DEFINE_string("data", None, "Your data (as for tfdist train --data), to measure "
                             "how much of a step waits for input. The default job's digits "
                             "are measured with --model=cnn.")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Per-replica batch.", lower_bound=1)
+# Per replica: the ways it compares train on different numbers of replicas.
+_PER_REPLICA_BATCH_SIZE = flags.DEFINE_integer(
+    "per_replica_batch_size", 64, "Examples each replica (device) computes per step; the "
+    "global batch is this times the replicas.", lower_bound=1)
 _WORKERS = flags.DEFINE_integer("workers", 1, "Workers in your cluster.", lower_bound=1)
 _DEVICES_PER_WORKER = flags.DEFINE_integer(
     "devices_per_worker", 0, "Devices per worker (0: this machine's GPUs, or with none, one "
@@ -76,7 +79,7 @@ def main(argv):
   from tfdist.bench import _advice as advice  # Deferred: `tfdist advise --help` loads nothing.
   try:
     options = advice.AdviseOptions(
-        model=_MODEL.value, data=_DATA.value, batch_size=_BATCH_SIZE.value,
+        model=_MODEL.value, data=_DATA.value, batch_size=_PER_REPLICA_BATCH_SIZE.value,
         workers=_WORKERS.value, devices_per_worker=_DEVICES_PER_WORKER.value,
         colocated=_COLOCATED.value, memory_per_device_gb=_MEMORY_PER_DEVICE.value,
         busbw_gbps=_BUSBW_GBPS.value, latency_ms=_LATENCY_MS.value,

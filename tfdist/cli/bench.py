@@ -43,7 +43,19 @@ from tfdist.cli import self_launch
 from tfdist.launch import _result_channel as result_channel
 
 _ALL_SUITES = ["overhead", "small_model", "allreduce", "scaling", "advise", "serving"]
-_SUITES = flags.DEFINE_multi_enum("suites", _ALL_SUITES, _ALL_SUITES, "What to measure.")
+_SUITES = flags.DEFINE_list("suites", _ALL_SUITES, "What to measure: any of "
+                            f"{', '.join(_ALL_SUITES)}.")
+
+
+@flags.validator("suites")
+def _check_suites(names) -> bool:
+  unknown = [name for name in names if name not in _ALL_SUITES]
+  if unknown or not names:
+    raise flags.ValidationError(f"--suites takes any of {_ALL_SUITES}, comma-separated. "
+                                f"Received: {names!r}")
+  return True
+
+
 _REPEATS = flags.DEFINE_integer("repeats", 21, "Interleaved repeats per comparison.",
                                 lower_bound=1)
 _STEPS = flags.DEFINE_integer("steps", 100, "Steps per timed fit.", lower_bound=10)
@@ -142,6 +154,25 @@ _RESULT_FILE = flags.DEFINE_string(self_launch.RESULT_FLAG, None, "Internal: the
                                    "all-reduce worker writes its rows here.")
 
 
+def normalize_argv(argv):
+  """A repeated --suites adds to the list, as it did before it took commas.
+
+  absl keeps a list flag's last value alone: the repeats are joined into one.
+  """
+  suites, rest = [], []
+  arguments = iter(argv)
+  for argument in arguments:
+    if argument == "--":  # What follows is no flag of bench's.
+      rest += [argument, *arguments]
+    elif argument.startswith("--suites="):
+      suites.append(argument[len("--suites="):])
+    elif argument == "--suites":
+      suites.append(next(arguments, ""))
+    else:
+      rest.append(argument)
+  return ([f"--suites={','.join(suites)}"] if suites else []) + rest
+
+
 def main(argv):
   del argv
   if self_launch.launched_by_itself(_RESULT_FILE.value):
@@ -225,16 +256,18 @@ def _scaling() -> dict:
   results, rows = {}, []
   for entry in _SCALE_MODELS.value:
     model, _, batch = entry.partition(":")
-    print(f"\nScaling: tfdist scale --model={model} --batch_size={batch} ...", flush=True)
+    print(f"\nScaling: tfdist scale --model={model} --per_replica_batch_size={batch} ...",
+          flush=True)
     code, measured = result_channel.run_for_json(lambda path: subprocess.run(
-        [sys.executable, "-m", "tfdist", "scale", f"--model={model}", f"--batch_size={batch}",
+        [sys.executable, "-m", "tfdist", "scale", f"--model={model}",
+         f"--per_replica_batch_size={batch}",
          f"--steps={_SCALE_STEPS.value}", f"--pairs={_SCALE_PAIRS.value}", "--plot=",
          f"--output={path}"],
         stdout=subprocess.DEVNULL, timeout=3600).returncode)
     if measured is None:
       print(f"  failed (exit code {code}); run the command above to see why.")
       continue
-    batch = measured["batch_size"]
+    batch = measured["per_replica_batch_size"]
     one = batch / measured["compute_seconds"]
     two = 2 * batch / measured["two_worker_seconds"]
     rows.append((model, batch, one, two, measured))

@@ -7,7 +7,7 @@ strategies, a local 2-worker cluster for multi_worker_mirrored, and chief +
 table for both Kerases. Exit code 1 if any strategy fails or misses the first
 strategy's accuracy (with the same Keras) by more than --tolerance.
 
-`--local_sgd=1,4,16` adds rows of multi_worker_mirrored trained with local SGD
+`--sync_every=1,4,16` adds rows of multi_worker_mirrored trained with local SGD
 and with DiLoCo at each of those sync intervals (`tfdist train --sync_every`),
 and `--thread_share` a row of multi_worker_mirrored whose tasks keep
 TensorFlow's own thread pools, beside the row where the local launcher gives
@@ -34,9 +34,10 @@ _TOLERANCE = flags.DEFINE_float("tolerance", 0.05, "Largest accuracy gap to the 
                                 "(absolute) that still passes.", lower_bound=0)
 _TIMEOUT = flags.DEFINE_float("timeout", 600, "Seconds allowed per strategy.", lower_bound=1)
 _OUTPUT = flags.DEFINE_string("output", None, "Write all results as JSON here.")
-_LOCAL_SGD = flags.DEFINE_list(
-    "local_sgd", [], "Sync intervals H: for each, multi_worker_mirrored with local SGD "
-    "(--sync_every=H) and with DiLoCo (--outer_optimizer=nesterov), beside the strategies.")
+_SYNC_EVERY = flags.DEFINE_list(
+    "sync_every", [], "Sync intervals H: for each, multi_worker_mirrored with local SGD "
+    "(tfdist train --sync_every=H) and with DiLoCo (--outer_optimizer=nesterov), beside the "
+    "strategies.")
 _THREAD_SHARE = flags.DEFINE_bool(
     "thread_share", False, "Also run multi_worker_mirrored with TensorFlow's own thread pools "
     "in every task (TF_NUM_INTRAOP_THREADS=0, TF_NUM_INTEROP_THREADS=0), beside the launcher's "
@@ -53,7 +54,8 @@ def _known_kerases(values):
   return bool(values) and set(values) <= set(task_keras.KERAS_CHOICES)
 
 
-@flags.validator("local_sgd", "--local_sgd takes sync intervals >= 1, comma-separated, e.g. 1,4,16.")
+@flags.validator("sync_every", "--sync_every takes sync intervals >= 1, comma-separated, e.g. "
+                 "1,4,16.")
 def _sync_intervals(values):
   return all(v.isdigit() and int(v) >= 1 for v in values)
 
@@ -63,7 +65,7 @@ def _variants():
   variants = []
   if _THREAD_SHARE.value:
     variants.append(("TF's own thread pools", "multi_worker_mirrored", [], _OWN_THREAD_POOLS))
-  for h in _LOCAL_SGD.value:
+  for h in _SYNC_EVERY.value:
     variants.append((f"local SGD H={h}", "multi_worker_mirrored", [f"--sync_every={h}"], None))
     variants.append((f"DiLoCo H={h}", "multi_worker_mirrored",
                      [f"--sync_every={h}", "--outer_optimizer=nesterov"], None))

@@ -1,4 +1,4 @@
-"""`tfdist explain --workers 2 --replicas_per_worker 2 --batch_size 64`
+"""`tfdist explain --workers 2 --devices_per_worker 2 --batch_size 64`
 
 A dry run of distributed input: the shard policy, what each worker receives,
 the per-replica and global batch, steps per epoch and what drop_remainder
@@ -8,8 +8,8 @@ drops. By default it explains the embedded digits as TFDS shards.
 from absl import flags
 
 _WORKERS = flags.DEFINE_integer("workers", 1, "Input pipelines (workers).", lower_bound=1)
-_REPLICAS = flags.DEFINE_integer("replicas_per_worker", 1, "Devices per worker.",
-                                 lower_bound=1)
+_DEVICES_PER_WORKER = flags.DEFINE_integer("devices_per_worker", 1, "Devices per worker, "
+                                           "one replica each.", lower_bound=1)
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Global batch size.", lower_bound=1)
 _ELEMENTS = flags.DEFINE_integer("num_elements", 1437, "Examples per epoch (default: the "
                                  "digits' train split).", lower_bound=1)
@@ -24,7 +24,7 @@ def main(argv):
   try:
     plan = distributed_input.explain(
         num_elements=_ELEMENTS.value, global_batch_size=_BATCH_SIZE.value,
-        num_workers=_WORKERS.value, replicas_per_worker=_REPLICAS.value,
+        num_workers=_WORKERS.value, replicas_per_worker=_DEVICES_PER_WORKER.value,
         num_files=_FILES.value or None, sharded_by_user=_SHARDED.value)
   except ValueError as e:
     print(f"tfdist explain: {e}")

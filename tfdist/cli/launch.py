@@ -123,8 +123,8 @@ _NETWORK_POLICY = flags.DEFINE_enum(
     "network_policy", "job", ["job", "none"], "--kubernetes: job: a NetworkPolicy admits "
     "traffic to the job's pods only from the job's own pods; none: no policy (a warning), "
     "for a namespace you isolate yourself.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "--slurm: where the sbatch script and the "
-                               "job's output go (default: the current directory).")
+_WORK_DIR = flags.DEFINE_string("work_dir", None, "--slurm: where the sbatch script and the "
+                                "job's output go (default: the current directory).")
 _SBATCH_ARGS = flags.DEFINE_multi_string("sbatch", [], "--slurm: an extra #SBATCH directive, "
                                          "e.g. --sbatch=--partition=gpu (repeatable).")
 
@@ -227,7 +227,7 @@ def _launcher() -> launch_lib.Launcher:
                      f"Received: {' '.join(chosen)}")
   if _SLURM.value:
     return launch_lib.make_launcher(
-        "slurm", timeout=_TIMEOUT.value, workdir=_WORKDIR.value,
+        "slurm", timeout=_TIMEOUT.value, workdir=_WORK_DIR.value,
         time_minutes=_TIME_MINUTES.value, template=_SBATCH_TEMPLATE.value,
         extra_directives=_SBATCH_ARGS.value, keras=_KERAS.value,
         data_work_dir=_DATA_WORK_DIR.value, max_restarts=_MAX_RESTARTS.value)

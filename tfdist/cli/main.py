@@ -4,13 +4,16 @@ Each command is a module of this package with its own flags and `main(argv)`;
 only the chosen one is imported, so its flags are the only ones defined. A
 module that takes positional arguments (a command after `--`) says so with
 `TAKES_ARGUMENTS = True`; the others refuse them. `tfdist COMMAND --help` and
-`tfdist help COMMAND` list the command's flags (`tfdist.cli._help`).
+`tfdist help COMMAND` list the command's flags (`tfdist.cli._help`). A flag
+that was renamed is refused with its new name (`RENAMED`).
 """
 
 import importlib
 import logging as std_logging
 import os
+import re
 import sys
+from typing import Optional, Sequence
 
 from tfdist import output
 
@@ -27,6 +30,40 @@ COMMANDS = {
     "data_service": "Run a tf.data service dispatcher or data worker (see launch --data_workers).",
     "bench": "Measure tfdist against raw TensorFlow side by side; print ratios, write JSON.",
 }
+
+# Command -> old flag name -> its name now. Nothing was published under the old
+# names, so none lingers as an alias: each is refused with the new one.
+RENAMED = {
+    "train": {"devices": "devices_per_worker", "result_file": "output"},
+    "verify": {"devices": "devices_per_worker", "result_file": "output"},
+    "explain": {"replicas_per_worker": "devices_per_worker"},
+    # --batch_size is the global batch in every command; these two take a replica's.
+    "scale": {"batch_size": "per_replica_batch_size"},
+    "advise": {"batch_size": "per_replica_batch_size"},
+    "compare": {"local_sgd": "sync_every"},
+    "launch": {"workdir": "work_dir"},
+}
+
+
+def renamed_flag(command: str, arguments: Sequence[str]) -> Optional[str]:
+  """The error for the first renamed flag among the command's own arguments, or None.
+
+  Read before absl parses, as absl would read a flag: `--old`, `-old`,
+  `--old=value`, `--noold`; a launched command's arguments after '--' are its own.
+  """
+  renamed = RENAMED.get(command, {})
+  for argument in arguments:
+    if argument == "--":
+      break
+    match = re.fullmatch(r"--?(\w+)(=.*)?", argument, re.S)
+    if not match:
+      continue
+    name = match.group(1)
+    if name not in renamed and name.startswith("no"):
+      name = name[2:]  # --noold: a boolean's false.
+    if name in renamed:
+      return f"tfdist {command}: --{name} was renamed --{renamed[name]}. Received: {argument}"
+  return None
 
 
 def _usage() -> str:
@@ -87,6 +124,10 @@ def run(argv=None) -> None:
   # absl's --help lists the flags of __main__ only; a command's live in its module.
   if _asks_for_help(argv[2:]):
     _print_help(command)
+  error = renamed_flag(command, argv[2:])
+  if error:
+    print(error, file=sys.stderr)
+    sys.exit(2)
   module = importlib.import_module(f"tfdist.cli.{command}")
   from absl import app  # Deferred: `tfdist --help` needs nothing else.
   from absl import logging

@@ -39,7 +39,10 @@ from tfdist.cli import self_launch
 
 _MODEL = flags.DEFINE_string("model", "cnn", "cnn, convnet, mlp, or a .py file / module "
                              "with model_fn().")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Per-replica batch.", lower_bound=1)
+# Per replica: the 1- and 2-worker runs compare the same work per replica.
+_PER_REPLICA_BATCH_SIZE = flags.DEFINE_integer(
+    "per_replica_batch_size", 64, "Examples each replica (one per worker) computes per step; "
+    "the global batch is this times the workers.", lower_bound=1)
 _STEPS = flags.DEFINE_integer("steps", 50, "Steps per timed fit.", lower_bound=5)
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed fits per measurement (median).",
                                 lower_bound=1)
@@ -69,7 +72,8 @@ def main(argv):
     pairs.append((one, two))
   r = scale.analyse(pairs)
   fp16 = " (float16 on the wire, counted in float32 bytes)" if _COMPRESS_GRADIENTS.value else ""
-  print(f"\nmodel {_MODEL.value}, batch {_BATCH_SIZE.value} per replica; medians of "
+  batch = _PER_REPLICA_BATCH_SIZE.value
+  print(f"\nmodel {_MODEL.value}, batch {batch} per replica; medians of "
         f"{len(pairs)} alternated 1- and 2-worker runs:\n"
         f"  compute         {1000 * r.compute:8.1f} ms per step on 1 worker\n"
         f"  co-located      {1000 * r.colocated:8.1f} ms per step, 2 workers computing at once on "
@@ -110,7 +114,7 @@ def main(argv):
   if _OUTPUT.value:
     with open(_OUTPUT.value, "w") as f:
       json.dump({"compute_seconds": r.compute, "colocated_seconds": r.colocated,
-                 "two_worker_seconds": r.two_step, "batch_size": _BATCH_SIZE.value,
+                 "two_worker_seconds": r.two_step, "per_replica_batch_size": batch,
                  "latency_seconds": r.latency, "gradient_bytes": r.gradient_bytes,
                  "busbw": r.busbw, "measured_efficiency_2": r.measured,
                  "measured_efficiency_2_per_pair": r.efficiencies,
@@ -149,8 +153,9 @@ def _worker() -> int:
   # One core per worker, so that 2 workers have twice the compute of 1.
   scale.pin_to_core(spec.task.index % os.cpu_count())
   strategy = tfdist.make_strategy("multi_worker_mirrored", communication="ring")
-  result = scale.measure_worker(strategy, _model_fn(), batch_size=_BATCH_SIZE.value,
-                                steps=_STEPS.value, repeats=_REPEATS.value,
+  result = scale.measure_worker(strategy, _model_fn(),
+                                batch_size=_PER_REPLICA_BATCH_SIZE.value, steps=_STEPS.value,
+                                repeats=_REPEATS.value,
                                 compress_gradients=_COMPRESS_GRADIENTS.value,
                                 seed=spec.task.index)
   self_launch.write_result(_RESULT_FILE.value, result)

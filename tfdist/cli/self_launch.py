@@ -5,8 +5,9 @@ where it launches a local cluster whose every task runs the same command
 again with the same flags; then as each task, which finds itself inside a
 cluster (TF_CONFIG, or any environment `tfdist.cluster` detects) and does the
 work. A task can hand a result back: the first worker (or the chief) writes
-JSON to the path given as `--result_file`, which the launching process
-reads once the cluster is done.
+JSON to the path given in an internal flag of the command (`--result_file`,
+or the one it names), which the launching process reads once the cluster is
+done.
 
 Example (in an absl main):
 
@@ -28,8 +29,8 @@ from tfdist.cluster import CHIEF, WORKER, ClusterSpec, TaskSpec
 from tfdist.cluster import environment
 from tfdist.launch import _result_channel as result_channel
 
-# The reporting task writes its result as JSON here: `tfdist train`'s own
-# --result_file, and the internal flag of the commands that launch themselves.
+# The reporting task writes its result as JSON here: the internal flag of the
+# commands that launch themselves (their users' JSON goes to --output).
 RESULT_FLAG = "result_file"
 
 
@@ -39,7 +40,7 @@ def in_cluster() -> bool:
 
 
 def launched_by_itself(result_path: Optional[str]) -> bool:
-  """Whether this process is a task its own command launched (it was given `--result_file`).
+  """Whether this process is a task its own command launched (given its internal result flag).
 
   For commands that always measure on a cluster of their own (`scale`,
   `advise`, `bench`): run inside a SLURM allocation, a Kubernetes pod or with
@@ -71,16 +72,18 @@ def run(name: str, module: ModuleType, spec: ClusterSpec, *, timeout: float,
 
 
 def run_for_result(name: str, module: ModuleType, spec: ClusterSpec, *, timeout: float,
-                   extra_flags: Sequence[str] = ()) -> Optional[Any]:
+                   extra_flags: Sequence[str] = (),
+                   result_flag: str = RESULT_FLAG) -> Optional[Any]:
   """Like `run`, quietly, and returns what the writing task passed to `write_result`.
 
+  `result_flag`: the command's internal flag the task is given the path in.
   Returns None, after printing the command that shows the cluster's output,
   when the cluster failed or wrote nothing.
   """
   with open(os.devnull, "w") as quiet:
     code, result = result_channel.run_for_json(lambda path: run(
         name, module, spec, timeout=timeout, output=quiet,
-        extra_flags=[*extra_flags, f"--{RESULT_FLAG}={path}"]))
+        extra_flags=[*extra_flags, f"--{result_flag}={path}"]))
   if result is None:
     shown = " ".join(command(name, module, extra_flags)[1:])
     print(f"tfdist {name}: the {spec.num_workers}-worker cluster failed (exit code {code}); "

@@ -1,4 +1,4 @@
-"""`tfdist train --strategy mirrored --devices 2`
+"""`tfdist train --strategy mirrored --devices_per_worker 2`
 
 Trains the default model (a small CNN on the embedded digits) under any
 strategy. For multi_worker_mirrored and parameter_server it starts a local
@@ -38,9 +38,9 @@ _LR_SCALING = flags.DEFINE_enum("lr_scaling", "none", list(scaling.SCALING_RULES
                                 "sqrt(replicas).")
 _WARMUP_STEPS = flags.DEFINE_integer("warmup_steps", 0, "Linear warm-up steps from the base "
                                      "to the scaled learning rate.", lower_bound=0)
-_DEVICES = flags.DEFINE_integer("devices", 0, "Split the CPU into this many logical "
-                                "devices first (0: leave as is); under multi_worker_mirrored, "
-                                "each worker's replicas.", lower_bound=0)
+_DEVICES_PER_WORKER = flags.DEFINE_integer(
+    "devices_per_worker", 0, "Split the CPU into this many logical devices first (0: leave as "
+    "is); under multi_worker_mirrored, each worker's replicas.", lower_bound=0)
 _WORKERS = flags.DEFINE_integer("workers", 2, "Workers of the local cluster started for "
                                 "multi-worker strategies.", lower_bound=1)
 _PS = flags.DEFINE_integer("ps", 1, "Parameter servers of the local cluster for "
@@ -94,8 +94,8 @@ _MODEL = flags.DEFINE_string("model", None, "Your model: a .py file or module de
 _DATA = flags.DEFINE_string("data", None, "Your data: a .py file or module defining "
                             "dataset_fn(input_context[, global_batch_size]) and optionally "
                             "STEPS_PER_EPOCH (default: the embedded digits).")
-_RESULT_FILE = flags.DEFINE_string(self_launch.RESULT_FLAG, None, "Write the result as JSON "
-                                   "here (only the chief, or worker 0, writes).")
+_OUTPUT = flags.DEFINE_string("output", None, "Write the result as JSON here (only the chief, "
+                              "or worker 0, writes).")
 _KERAS = flags.DEFINE_enum(
     "keras", None, list(task_keras.KERAS_CHOICES),
     "The Keras of the default model and of `tf.keras` (default: TF_USE_LEGACY_KERAS if "
@@ -112,8 +112,8 @@ def _strategy_options() -> dict:
     return {"cross_device_ops": _CROSS_DEVICE_OPS.value}
   if name == "multi_worker_mirrored":
     options = {"communication": _COMMUNICATION.value}
-    if _DEVICES.value > 1:  # Logical CPUs standing in for each worker's GPUs.
-      options["devices_per_worker"] = _DEVICES.value
+    if _DEVICES_PER_WORKER.value > 1:  # Logical CPUs standing in for each worker's GPUs.
+      options["devices_per_worker"] = _DEVICES_PER_WORKER.value
     return options
   if name == "parameter_server":
     if not _IN_PROCESS.value:
@@ -136,10 +136,9 @@ def _launch_self(keras: str) -> int:
   else:
     spec = cluster_lib.ClusterSpec.local(_WORKERS.value, evaluator=_EVALUATOR.value)
   print(f"[tfdist train] starting a local cluster: {spec}", flush=True)
-  # The tasks write the result: self_launch passes every flag but this one on.
-  extra = [f"--{self_launch.RESULT_FLAG}={_RESULT_FILE.value}"] if _RESULT_FILE.value else []
+  # Every flag goes on to the tasks, --output too: the chief or worker 0 writes it.
   return self_launch.run("train", sys.modules[__name__], spec, timeout=_TIMEOUT.value,
-                         max_restarts=_MAX_RESTARTS.value, keras=keras, extra_flags=extra)
+                         max_restarts=_MAX_RESTARTS.value, keras=keras)
 
 
 # Set in the copy of this command that runs inside the private network.
@@ -220,9 +219,9 @@ def main(argv):
     code = _run_in_private_network()
     if code is not None:
       return code
-  if _DEVICES.value:
+  if _DEVICES_PER_WORKER.value:
     from tfdist import devices  # Deferred: imports TensorFlow.
-    devices.split_physical_device(_DEVICES.value)
+    devices.split_physical_device(_DEVICES_PER_WORKER.value)
   from tfdist.training import job  # Deferred: imports TensorFlow.
   user = {}
   try:
@@ -251,5 +250,5 @@ def main(argv):
         flush=True)
   if result.export_path:
     print(f"exported a SavedModel for serving to {result.export_path}", flush=True)
-  self_launch.write_result(_RESULT_FILE.value, result.as_dict())
+  self_launch.write_result(_OUTPUT.value, result.as_dict())
   return 0

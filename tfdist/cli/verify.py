@@ -1,4 +1,5 @@
-"""`tfdist verify --model my_model.py --data my_data.py --strategy mirrored --devices 2`
+"""`tfdist verify --model my_model.py --data my_data.py --strategy mirrored
+--devices_per_worker 2`
 
 Trains your compiled model under the strategy and on one device, from the same
 initial weights on the same global batches, and prints, step by step, how far
@@ -38,14 +39,19 @@ _TOLERANCE = flags.DEFINE_float("tolerance", 1e-5, "Largest difference allowed, 
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Global batch size, for a "
                                    "dataset_fn(input_context, global_batch_size).",
                                    lower_bound=1)
-_DEVICES = flags.DEFINE_integer("devices", 0, "Split the CPU into this many logical devices "
-                                "(per worker under multi_worker_mirrored).", lower_bound=0)
+_DEVICES_PER_WORKER = flags.DEFINE_integer(
+    "devices_per_worker", 0, "Split the CPU into this many logical devices (0: leave as is); "
+    "under multi_worker_mirrored, each worker's replicas.", lower_bound=0)
 _WORKERS = flags.DEFINE_integer("workers", 2, "Workers of the local cluster started for "
                                 "multi_worker_mirrored.", lower_bound=1)
 _TIMEOUT = flags.DEFINE_float("timeout", 600, "Seconds before a local cluster is stopped.",
                               lower_bound=1)
-_RESULT_FILE = flags.DEFINE_string(self_launch.RESULT_FLAG, None,
-                                   "Write the report as JSON here (the first worker's).")
+_OUTPUT = flags.DEFINE_string("output", None, "Write the report as JSON here (the first "
+                              "worker's).")
+# Not `result_file`: that was this command's --output, and is refused with its new name.
+_REPORT_FLAG = "report_file"
+_REPORT_FILE = flags.DEFINE_string(_REPORT_FLAG, None, "Internal: the first worker of the "
+                                   "cluster this command started writes the report here.")
 
 
 def _function(value: str, flag: str, default: str):
@@ -84,20 +90,20 @@ def main(argv):
     spec = cluster_lib.ClusterSpec.local(_WORKERS.value)
     print(f"[tfdist verify] starting a local cluster: {spec}", flush=True)
     report = self_launch.run_for_result("verify", sys.modules[__name__], spec,
-                                        timeout=_TIMEOUT.value)
+                                        timeout=_TIMEOUT.value, result_flag=_REPORT_FLAG)
     if report is None:
       return 2
     _print(report)
-    if _RESULT_FILE.value:
-      with open(_RESULT_FILE.value, "w") as f:
+    if _OUTPUT.value:
+      with open(_OUTPUT.value, "w") as f:
         json.dump(report, f, indent=1)
     return 0 if report["agrees"] else 1
   options = {}
-  if multi_worker and _DEVICES.value > 1:
-    options["devices_per_worker"] = _DEVICES.value
-  elif _DEVICES.value:
+  if multi_worker and _DEVICES_PER_WORKER.value > 1:
+    options["devices_per_worker"] = _DEVICES_PER_WORKER.value
+  elif _DEVICES_PER_WORKER.value:
     from tfdist import devices  # Deferred: imports TensorFlow.
-    devices.split_physical_device(_DEVICES.value)
+    devices.split_physical_device(_DEVICES_PER_WORKER.value)
   try:
     model_fn = _function(_MODEL.value, "model", "model_fn")
     dataset_fn = _dataset_fn(_function(_DATA.value, "data", "dataset_fn"))
@@ -110,7 +116,8 @@ def main(argv):
   result = report.as_dict()
   if not multi_worker or self_launch.is_writer(cluster_lib.ClusterSpec.from_env()):
     _print(result)
-  self_launch.write_result(_RESULT_FILE.value, result)
-  if multi_worker and self_launch.launched_by_itself(_RESULT_FILE.value):
+  if multi_worker and self_launch.launched_by_itself(_REPORT_FILE.value):
+    self_launch.write_result(_REPORT_FILE.value, result)
     return 0  # A task of our own cluster: the launching process reads the verdict.
+  self_launch.write_result(_OUTPUT.value, result)
   return 0 if report.agrees else 1

@@ -129,7 +129,7 @@ def check_names(job_name: str, extra_directives: Sequence[str], *paths: str) -> 
                        f"flags. Received: {directive!r}")
   for path in paths:
     if path is not None and any(c in path for c in "\n\r\0"):
-      raise ValueError("A path of the job (--workdir, --data_work_dir) must not "
+      raise ValueError("A path of the job (--work_dir, --data_work_dir) must not "
                        f"hold a newline: it would break the sbatch script. Received: {path!r}")
 
 

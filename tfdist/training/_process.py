@@ -33,8 +33,8 @@ def run(strategy: str, workdir: str, *, keras: str, epochs: int, batch_size: int
   def start(result_file):
     command = [sys.executable, "-m", "tfdist", "train", f"--strategy={strategy}",
                f"--keras={keras}", f"--epochs={epochs}", f"--batch_size={batch_size}",
-               f"--result_file={result_file}", "--verbose=0", f"--timeout={timeout}",
-               *extra_flags] + (["--devices=2"] if strategy in SINGLE_MACHINE else [])
+               f"--output={result_file}", "--verbose=0", f"--timeout={timeout}",
+               *extra_flags] + (["--devices_per_worker=2"] if strategy in SINGLE_MACHINE else [])
     with open(log_file, "w") as log:
       try:
         return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,

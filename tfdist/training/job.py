@@ -62,7 +62,7 @@ class TrainResult:
   export_path: Optional[str] = None  # The SavedModel version written (by the chief).
 
   def as_dict(self) -> dict:
-    """As JSON-ready data: what `tfdist train --result_file` writes."""
+    """As JSON-ready data: what `tfdist train --output` writes."""
     return dataclasses.asdict(self)
 
 
