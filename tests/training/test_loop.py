@@ -5,6 +5,7 @@ multi-worker ones run real clusters (2 MWMS workers under `tfdist launch`, or an
 in-process chief + 2 workers + ps).
 """
 
+import gc
 import json
 import os
 import re
@@ -88,6 +89,29 @@ def test_a_partial_last_batch_is_averaged_over_the_examples_it_has(flavour):
   assert evaluation["examples"] == 1001.0
   predictions = model.predict(x, verbose=0)
   np.testing.assert_allclose(evaluation["loss"], np.mean((predictions - y) ** 2), rtol=1e-4)
+
+
+def _live_distributed_iterators():
+  gc.collect()
+  return [o for o in gc.get_objects() if isinstance(o, tf.distribute.DistributedIterator)]
+
+
+@pytest.mark.parametrize("steps_per_epoch", [None, 3])
+def test_a_fit_lets_go_of_its_input_iterators_when_it_returns(steps_per_epoch):
+  # As Keras's fit does: freed later by the garbage collector, a tf.data iterator waits
+  # for its autotune thread, longer the older it is (docs/measuring.md).
+  keras, mirrored = helpers.keras_of("tf_keras"), tfdist.make_strategy("mirrored")
+  x, y = helpers.regression_data(256)
+  dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
+  if steps_per_epoch:
+    dataset = dataset.repeat()
+  before = len(_live_distributed_iterators())
+  loop = _loop(keras, mirrored, _model(keras, mirrored))
+  loop.fit(dataset, epochs=2, steps_per_epoch=steps_per_epoch, verbose=False)
+  assert len(_live_distributed_iterators()) == before  # The loop itself lives on.
+  # And a next call makes its own (its epochs count on from the first's).
+  assert len(loop.fit(dataset, epochs=3, steps_per_epoch=steps_per_epoch,
+                      verbose=False)["loss"]) == 1
 
 
 def test_a_step_of_your_own_with_regularization_trains_like_fit():

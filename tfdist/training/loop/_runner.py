@@ -236,6 +236,9 @@ class Loop:
     """
     raise NotImplementedError
 
+  def _end_fit(self) -> None:
+    """Lets go of what `_start_fit` made (nothing by default)."""
+
   def _train_epoch(self, steps: Optional[int], last: bool) -> Dict[str, float]:
     """Runs one epoch (`steps`, or one pass if None); returns its sums and counts the steps."""
     raise NotImplementedError
@@ -367,8 +370,11 @@ class Loop:
     """
     self._start_fit(dataset, steps_per_epoch,
                     (int(self.input_iterators.numpy()), int(self.input_batches.numpy())))
-    with self._sigterm_checks():
-      return self._fit_epochs(epochs, steps_per_epoch, verbose)
+    try:
+      with self._sigterm_checks():
+        return self._fit_epochs(epochs, steps_per_epoch, verbose)
+    finally:
+      self._end_fit()
 
   def _fit_epochs(self, epochs, steps_per_epoch, verbose) -> Dict[str, list]:
     history: Dict[str, list] = {}

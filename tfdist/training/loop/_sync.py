@@ -51,6 +51,12 @@ class SyncRunner(runner.Loop):
     if self.local_sgd is not None:
       self.local_sgd.begin()  # The last sync point, from the optimizer's restored iterations.
 
+  def _end_fit(self) -> None:
+    # The input's iterators go when `fit` returns, as Keras's do, not whenever the garbage
+    # collector frees the loop: freeing a tf.data iterator waits for its autotune thread,
+    # which sleeps longer the older the iterator is (docs/measuring.md).
+    self._iterator = self._distributed = None
+
   def _train_epoch(self, steps: Optional[int], last: bool) -> Dict[str, float]:
     totals = self._run("train", self._step_fn, self._iterator, steps)
     if self._new_pass_each_epoch and not last:
