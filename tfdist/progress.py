@@ -373,7 +373,7 @@ def _status(params: Optional[Mapping[str, Any]]) -> Optional[_Status]:
     return None
   status = _Status(_reporter.task, _reporter.status_seconds, params.get("epochs"),
                    params.get("steps"))
-  status.drawing = params.get("verbose", 1) == 1
+  status.drawing = params.get("verbose", 1) in (1, "auto")  # Keras 3's "auto" draws the bar.
   return status
 
 

@@ -61,10 +61,12 @@ def test_no_stall_before_any_report_nor_while_one_moves(tmp_path):
   now[0] = 100
   assert dog.check() is None  # Nothing reports: no task has started.
   path = tmp_path / ("worker-0" + progress.PROGRESS_SUFFIX)
-  path.write_text("1 0 1 started 0")  # Start-up is watched, with a first step's limit.
+  path.write_text("1 0 1 started 0")  # Start-up is watched, with a limit of its own.
   assert dog.check() is None
-  now[0] += watchdog.BOUNDARY_SECONDS - 1
+  now[0] += watchdog.START_UP_SECONDS - 1  # Pods may start minutes apart.
   assert dog.check() is None
+  now[0] += 2
+  assert dog.check().limit == watchdog.START_UP_SECONDS
   path.write_text("1 0 2 build 0")  # A variable made: the model's build moves.
   now[0] += watchdog.BOUNDARY_SECONDS - 1
   assert dog.check() is None
@@ -88,6 +90,12 @@ def test_no_stall_before_any_report_nor_while_one_moves(tmp_path):
   path.write_text("1 3 5 end 2.0")  # Training is over: a slow exit is no stall.
   now[0] += 1000
   assert dog.check() is None
+
+
+def test_a_model_built_after_training_began_is_no_start_up():
+  reports = {"worker:0": watchdog.Report(1, 40, 50, progress.CHECK, 0.01),
+             "worker:1": watchdog.Report(2, 40, 49, progress.BUILD, 0.01)}
+  assert watchdog.phases(reports).startswith("the job stalled while a model was built: ")
 
 
 @pytest.mark.parametrize("phase", [progress.STARTED, progress.BUILD, progress.CHECK])

@@ -129,11 +129,23 @@ def test_a_task_that_never_reaches_the_check_fails_it_in_bounded_time_naming_the
   assert store.clock[0] <= 20 + 1  # Its deadline, give or take one read.
 
 
-def test_a_difference_another_task_found_raises_here_with_its_words():
+def test_a_difference_another_task_found_raises_here_with_its_words(monkeypatch):
   checker, store = _checker()
-  store.values[fingerprint.ERROR_KEY.format(check=checker.check)] = "Workers disagree: X"
-  with pytest.raises(ValueError, match="^Workers disagree: X$"):
+  monkeypatch.setattr(fingerprint, "WATCH_MS", 10)
+  checker.start_watching = lambda: fingerprint._Checker.start_watching(checker)
+  # Control characters in another task's words are not passed on as they are.
+  store.values[fingerprint.ERROR_KEY.format(check=checker.check)] = "Workers disagree:\x1b[2J X"
+  with pytest.raises(ValueError, match=r"^Workers disagree: \[2J X$"):
     checker.compare("fingerprint", {"tensorflow": "2.21.0"})
+  checker.watcher.join(timeout=10)
+  assert store.aborted == []  # This task raised it itself: no collective to end.
+
+
+def test_a_built_count_that_is_no_count_says_nothing():
+  checker, store = _checker()
+  store.values[_key("worker:0", _built(1), checker.check)] = "forged"
+  with pytest.raises(ValueError, match=r"did not reach it within 30s"):
+    checker.compare("variable 0, v", {"name": "v", "value": "x"}, 0)
 
 
 def test_a_fingerprint_that_differs_names_each_field_and_tasks_in_the_groups_order():
@@ -177,13 +189,13 @@ def test_a_task_that_found_the_error_itself_aborts_nothing(monkeypatch):
 def test_training_begins_says_how_many_variables_each_strategy_made():
   checker, store = _checker()
   checker.count = 7
-  fingerprint._checkers.append(checker)
+  fingerprint._checkers.add(checker)
   added = fingerprint.all_built not in progress._training_begins
   try:
     progress.when_training_begins(fingerprint.all_built)
     progress.training_begins()
   finally:
-    fingerprint._checkers.remove(checker)
+    fingerprint._checkers.discard(checker)
     if added:
       progress._training_begins.remove(fingerprint.all_built)
   assert store.values[_key("worker:1", _built(1), checker.check)] == "7"

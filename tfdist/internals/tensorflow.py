@@ -247,39 +247,50 @@ def publish(key: str, value: str) -> bool:
   return True
 
 
+def _store_context(key: str):
+  ctx = _coordination_context()
+  if ctx is None:
+    raise RuntimeError("TensorFlow's coordination service is not up in this process (no "
+                       f"multi-worker strategy made yet, or an untested TensorFlow). Received: "
+                       f"key {key!r}")
+  return ctx
+
+
 def insert(key: str, value: str) -> bool:
   """Sets `key` to `value` unless the store holds it already; whether it was set.
 
   Raises:
-    RuntimeError: the coordination service is not up in this process.
+    RuntimeError: the service is not up, or failed (its leader gone: the job is ending).
   """
-  ctx = _coordination_context()
-  if ctx is None:
-    raise RuntimeError("TensorFlow's coordination service is not up in this process")
+  ctx = _store_context(key)
   import tensorflow as tf
   try:
     ctx.set_config_key_value(key, value)
   except tf.errors.AlreadyExistsError:
     return False
+  except tf.errors.OpError as error:
+    raise RuntimeError(f"TensorFlow's coordination service failed. Received: {error}") from error
   return True
 
 
 def wait_for_key(key: str, timeout_ms: int) -> Optional[str]:
   """The value of `key`, waiting up to `timeout_ms` for it to be set; None if it is not by then.
 
+  The wait includes the round trip to the service's leader: a key set already
+  reads as None under a timeout shorter than that. A read that times out stays
+  pending at the leader until the key is set (TensorFlow does not cancel it).
+
   Raises:
     RuntimeError: the service is not up, or failed (its leader gone: the job is ending).
   """
-  ctx = _coordination_context()
-  if ctx is None:
-    raise RuntimeError("TensorFlow's coordination service is not up in this process")
+  ctx = _store_context(key)
   import tensorflow as tf
   try:
     return ctx.get_config_key_value(key, timeout_in_ms=max(1, int(timeout_ms)))
   except (tf.errors.DeadlineExceededError, tf.errors.NotFoundError):
     return None
   except tf.errors.OpError as error:
-    raise RuntimeError(f"TensorFlow's coordination service failed: {error}") from error
+    raise RuntimeError(f"TensorFlow's coordination service failed. Received: {error}") from error
 
 
 def abort_collectives(message: str) -> None:

@@ -12,7 +12,10 @@ evaluation, the exit. A stall is no new report from any task within the limit:
   step when that is longer (a job whose steps take minutes);
 - three times that, and at least a minute, while any task is in another
   phase (start-up, building its model, a boundary where the next step may
-  compile: `fit`, an epoch, evaluation).
+  compile: `fit`, an epoch, evaluation);
+- at least START_UP_SECONDS (30 min) while every task is still in start-up,
+  before its strategy exists (pods that start minutes apart, data prepared
+  first).
 
 The stall line says which phase each task was in (`progress.PHASES`).
 
@@ -53,6 +56,11 @@ BOUNDARY_FACTOR = 3.0
 BOUNDARY_SECONDS = 60.0
 # How many mean steps of the slowest task fit in the limit, when that is longer.
 STEP_FACTOR = 20.0
+# While every task is still in start-up (none has built its strategy): at least this
+# long. Pods of one job may start minutes apart (image pulls, a scheduler placing
+# them), and a task may prepare data first; a peer that never starts is preflight's
+# (30 s), a task that ended while the others wait gets the first step's limit.
+START_UP_SECONDS = 1800.0
 # Exit code of a job (or, under `tfdist task`, a task) ended by the watchdog.
 STALL_EXIT_CODE = 3
 # Seconds the tasks get to write their stacks after SIGUSR1.
@@ -171,6 +179,8 @@ class StallWatchdog:
     # an epoch or an evaluation, may be compiling: its first step may be slow.
     if any(r.phase not in (progress.STEP, progress.END) for r in reports.values()):
       limit = max(limit * BOUNDARY_FACTOR, BOUNDARY_SECONDS)
+    if all(r.phase == progress.STARTED for r in reports.values()):
+      limit = max(limit, START_UP_SECONDS)
     return limit
 
   def stacks(self, reports: Mapping[str, Report], wait: float = STACKS_WAIT) -> Dict[str, str]:
@@ -283,9 +293,15 @@ def phases(reports: Mapping[str, Report]) -> str:
   order = list(progress.PHASES)
   earliest = min((r.phase for r in reports.values()),
                  key=lambda p: order.index(p) if p in order else 0, default=progress.STEP)
-  job = "in training" if earliest in (progress.STEP, progress.END) else (
-      "in start-up, before its first step" if earliest in (
-          progress.STARTED, progress.BUILD, progress.CHECK) else "at a boundary")
+  before = earliest in (progress.STARTED, progress.BUILD, progress.CHECK)
+  early = [r for r in reports.values() if r.phase in (progress.STARTED, progress.BUILD,
+                                                      progress.CHECK)]
+  if before and not any(r.steps for r in early):
+    job = "in start-up, before its first step"
+  elif before:
+    job = "while a model was built"  # Another model, after training began.
+  else:
+    job = "in training" if earliest in (progress.STEP, progress.END) else "at a boundary"
   tasks = ", ".join(f"{task} {progress.PHASES.get(r.phase, r.phase)}"
                     for task, r in sorted(reports.items()))
   return f"the job stalled {job}: {tasks}"

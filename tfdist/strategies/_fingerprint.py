@@ -23,10 +23,12 @@ hang, whatever the workers built.
 
 - A variable one worker makes and another never does (a layer more or
   fewer) raises `variable 4, dense_2/kernel: only on worker:1 ...` on that
-  worker once the other has begun `fit` (the fit watch publishes how many
-  variables it built); the task that began training is blocked in a
-  collective by then, so a thread of each task watches for the job's error
-  and fails its collectives with the same words.
+  worker once the other has begun training: under `tfdist launch` (the task
+  site's `enable_for_every_scope`), Keras `fit` and `tfdist.training.loop`
+  publish how many variables the task built as training begins. The task
+  that began training is blocked in a collective by then, so a thread of
+  each task watches for the job's error and fails its collectives with the
+  same words. Without that hook, such a variable is named by the deadline.
 - A worker that never reaches a record (hung while building its model, or
   with no model at all) is waited for, with a line in the log every minute,
   and the check fails after `timeout` seconds naming it. Under `tfdist
@@ -49,6 +51,7 @@ import os
 import platform
 import threading
 import time
+import weakref
 from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
@@ -65,9 +68,13 @@ CHECK_WORKERS_ENV = "TFDIST_CHECK_WORKERS"
 # Longer than the launcher's stall watchdog by default (15 min before a first
 # step), which names a stuck task sooner and with its stack.
 CHECK_SECONDS = 1200.0
-# How long one read of the store waits; between reads the check looks for the
-# job's error and for the peer having begun training.
-POLL_MS = 500
+# How long one read of a peer's record waits; between reads the check looks for
+# the job's error and for the peer having begun training (a read of BUILT_MS: the
+# wait includes the round trip to the service's leader).
+POLL_MS, BUILT_MS = 500, 100
+# How long one read of the watcher waits for the job's error (it returns as soon as
+# the error is set): between reads it looks whether it is still needed.
+WATCH_MS = 1000
 # A waiting task says so after this many seconds, and then every TELL_SECONDS.
 FIRST_TELL_SECONDS, TELL_SECONDS = 10.0, 60.0
 # What a record may hold: one variable's or one fingerprint's fields, a name cut to fit.
@@ -172,7 +179,7 @@ class _Checker:
   def __init__(self, strategy, timeout: float = CHECK_SECONDS, store=Store,
                clock: Callable[[], float] = time.monotonic, me: Optional[str] = None,
                tasks: Optional[List[str]] = None):
-    self.strategy = strategy
+    # Not the strategy itself: the checker lives on it, and must not keep it alive.
     self.timeout, self.store, self.clock = timeout, store, clock
     self.me = me or own_task(strategy)
     self.peers = [t for t in (tasks or task_names(strategy)) if t != self.me]
@@ -182,6 +189,7 @@ class _Checker:
     self.fingerprinted = False
     self.failed = False  # This task raised the job's error itself.
     self.comparing = False  # The main thread is in `compare`: it raises any error itself.
+    self.job_error: Optional[str] = None  # What another task found, as the watcher read it.
     self.busy = threading.local()
     self.stop = threading.Event()
     self.steps = 0  # Steps before the watcher started: it waits for one more.
@@ -195,8 +203,8 @@ class _Checker:
 
     `index`: the variable's number, so that a peer that built fewer is known.
     """
-    self.start_watching()
     self.comparing = True  # Any error of the job's reaches this thread here: no abort needed.
+    self.start_watching()
     try:
       self._compare(what, record, index)
     finally:
@@ -231,10 +239,13 @@ class _Checker:
       if not waiting:  # Once: a wait is no progress, but the watchdog sees where it is.
         waiting = True
         progress.phase(progress.CHECK)
-      self._raise_job_error()
+      if self.job_error is not None:  # Another task found a difference (the watcher read it).
+        self.failed = True
+        raise ValueError(self.job_error)
       # The peer began a `fit` this task has not: it waits in that fit's first collective.
-      built = self.store.wait_for_key(self.key(peer, BUILT.format(fits=self.fits + 1)), 1)
-      if built is not None and index is not None and _int(built) <= index:
+      built = None if index is None else self.store.wait_for_key(
+          self.key(peer, BUILT.format(fits=self.fits + 1)), BUILT_MS)
+      if built is not None and 0 <= _int(built) <= index:
         self.fail(f"Workers disagree before their first collective: {what}: only on "
                   f"{self.me}; {peer} made {_int(built)} variables under this strategy and began "
                   "training. Every worker must build the same model; fix the task whose model "
@@ -250,12 +261,6 @@ class _Checker:
                   f"{self.timeout:g}s ({self.me} did). It is stuck before it (its stack shows "
                   "where), or builds a model with fewer variables and never began `fit`. "
                   f"Received: timeout={self.timeout:g}s")
-
-  def _raise_job_error(self) -> None:
-    error = self.store.wait_for_key(ERROR_KEY.format(check=self.check), 1)
-    if error is not None:
-      self.failed = True
-      raise ValueError(error)
 
   def fail(self, message: str) -> None:
     """Raises `message` here, and leaves it for the other tasks (the watcher fails theirs)."""
@@ -283,8 +288,7 @@ class _Checker:
     """
     if self.watcher is not None and self.watcher.is_alive():
       return
-    if self.watcher is None:
-      atexit.register(self.stop_watching)
+    self.stop.clear()
     self.steps = progress.steps_done()
     self.watcher = threading.Thread(target=self._watch, name="tfdist-check-watcher",
                                     daemon=True)
@@ -293,25 +297,28 @@ class _Checker:
   def stop_watching(self) -> None:
     self.stop.set()
     if self.watcher is not None and self.watcher is not threading.current_thread():
-      self.watcher.join(timeout=2 * POLL_MS / 1000)
+      self.watcher.join(timeout=2.5 * WATCH_MS / 1000)  # Its read ends within WATCH_MS.
 
   def _watch(self) -> None:
     # Until a first step ends (every worker joined it: their models agree) or this process ends.
     while not self.stop.is_set() and progress.steps_done() == self.steps:
       try:
-        error = self.store.wait_for_key(ERROR_KEY.format(check=self.check), 2 * POLL_MS)
+        error = self.store.wait_for_key(ERROR_KEY.format(check=self.check), WATCH_MS)
       except RuntimeError:
         return  # The service is gone: the job is ending anyway.
       if self.failed:
         return
       if error is None:
         continue
-      if self.comparing:  # It raises there within a read; let it, unless it leaves first.
-        time.sleep(2 * POLL_MS / 1000)
-        if self.failed:
-          return
-      logger.error("tfdist: %s", error)
-      self.store.abort(error)
+      self.job_error = error = _printable(error)
+      # In `compare`, the main thread raises it within a read; after it, it may be in a
+      # collective that only an abort ends.
+      deadline = time.monotonic() + 3 * (POLL_MS + BUILT_MS) / 1000
+      while self.comparing and not self.failed and time.monotonic() < deadline:
+        time.sleep(0.05)
+      if not self.failed:
+        logger.error("tfdist: %s", error)
+        self.store.abort(error)
       return
 
   def creator(self, next_creator, **kwargs):
@@ -353,6 +360,11 @@ def _order(task: str):
   return (task_type != "chief", task_type, _int(index))
 
 
+def _printable(text: str) -> str:
+  """Another task's words, as this task shows them: printable, and at most RECORD_CHARS."""
+  return "".join(c if c.isprintable() else " " for c in str(text)[:RECORD_CHARS])
+
+
 def _int(text) -> int:
   try:
     return int(text)
@@ -360,8 +372,15 @@ def _int(text) -> int:
     return -1
 
 
-_checkers: List[_Checker] = []  # Every checker of this process, for `all_built`.
+# Every live checker of this process, for `all_built` and the exit: each goes with its strategy.
+_checkers: "weakref.WeakSet[_Checker]" = weakref.WeakSet()
 _warned_off = []
+
+
+@atexit.register
+def _stop_watching() -> None:
+  for checker in list(_checkers):
+    checker.stop_watching()
 
 
 @contextlib.contextmanager
@@ -385,10 +404,10 @@ def checked_variables(strategy, timeout: float = CHECK_SECONDS):
   checker = getattr(strategy, "_tfdist_checker", None)
   if checker is None:
     checker = strategy._tfdist_checker = _Checker(strategy, timeout)
-    _checkers.append(checker)
+    _checkers.add(checker)
   if not checker.fingerprinted:
-    checker.fingerprinted = True
     checker.compare(FINGERPRINT, fingerprint(strategy))
+    checker.fingerprinted = True
     progress.phase(progress.BUILD)
   with tf.variable_creator_scope(checker.creator):
     yield checker

@@ -370,6 +370,9 @@ class Loop:
     """
     self._start_fit(dataset, steps_per_epoch,
                     (int(self.input_iterators.numpy()), int(self.input_batches.numpy())))
+    # Under a launch: the next step may compile, and a peer waiting in the check of what
+    # every worker builds learns how many variables this task made (tfdist.progress).
+    progress.training_begins()
     try:
       with self._sigterm_checks():
         return self._fit_epochs(epochs, steps_per_epoch, verbose)
