@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import logging
 import os
 import re
 import signal
@@ -217,3 +218,18 @@ def build_and_fit(strategy, epochs=5):
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
   history = model.fit(x, y, batch_size=32, epochs=epochs, shuffle=False, verbose=0)
   return model, history.history["loss"]
+
+
+@contextlib.contextmanager
+def tfdist_messages(level=logging.INFO):
+  """The messages of the tfdist logger meanwhile, at `level` and above: a list that grows."""
+  logger = logging.getLogger("tfdist")
+  lines, handler, previous = [], logging.Handler(), logger.level
+  handler.emit = lambda record: lines.append(record.getMessage())
+  logger.setLevel(level)
+  logger.addHandler(handler)
+  try:
+    yield lines
+  finally:
+    logger.removeHandler(handler)
+    logger.setLevel(previous)

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import helpers
 from tfdist import progress
 
 
@@ -218,12 +219,6 @@ def status(monkeypatch):
   reporter.task, reporter.status_seconds = "worker:1", 10.0
   reporter.clock = clock = _Clock()
   monkeypatch.setattr(progress, "_reporter", reporter)
-  logger = logging.getLogger("tfdist")
-  monkeypatch.setattr(logger, "level", logging.INFO)
-  lines = []
-  handler = logging.Handler()
-  handler.emit = lambda record: lines.append(record.getMessage())
-  logger.addHandler(handler)
 
   def start(params, seconds=10.0):
     reporter.status_seconds = seconds
@@ -232,8 +227,8 @@ def status(monkeypatch):
     callback.on_train_begin()
     return callback
 
-  yield start, clock, lines
-  logger.removeHandler(handler)
+  with helpers.tfdist_messages() as lines:
+    yield start, clock, lines
 
 
 def _batches(callback, clock, first, last, start, seconds_a_step, logs=None):

@@ -1,12 +1,12 @@
 """tfdist.internals.fit_callbacks: every `fit` gets the callbacks, however it passes its own."""
 
 import itertools
-import logging
 import re
 
 import numpy as np
 import pytest
 
+import helpers
 from tfdist.internals import fit_callbacks
 
 
@@ -60,21 +60,15 @@ def test_a_launched_tasks_fit_logs_its_status_with_the_loss_under_both_kerases(
   ticks = itertools.count()
   reporter.clock = lambda: float(next(ticks))  # A second a read: a line every few batches.
   monkeypatch.setattr(progress, "_reporter", reporter)
-  logger = logging.getLogger("tfdist")
-  monkeypatch.setattr(logger, "level", logging.INFO)
-  lines = []
-  handler = logging.Handler()
-  handler.emit = lambda record: lines.append(record.getMessage())
-  logger.addHandler(handler)
   assert fit_callbacks.enable_fit_callbacks(progress.keras_callbacks)
   try:
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    x, y = np.ones((16, 2), "float32"), np.ones((16, 1), "float32")
-    model.fit(x, y, batch_size=1, epochs=1, verbose=verbose)
+    with helpers.tfdist_messages() as lines:
+      model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+      model.compile(optimizer="sgd", loss="mse")
+      x, y = np.ones((16, 2), "float32"), np.ones((16, 1), "float32")
+      model.fit(x, y, batch_size=1, epochs=1, verbose=verbose)
   finally:
     fit_callbacks.disable_fit_callbacks()
-    logger.removeHandler(handler)
   if not verbose:
     assert lines == []
     return
