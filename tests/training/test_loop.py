@@ -321,6 +321,7 @@ def _parameter_server(*args):
   result = helpers.run(helpers.python(LOOP_TRAIN, *args), timeout=300)
   line = next((l for l in result.stdout.splitlines() if l.startswith("RESULT ")), None)
   assert line is not None, result.stdout[-3000:]
+  assert result.returncode == 0, f"exit {result.returncode}: {result.stdout[-3000:]}"
   return result.returncode, line
 
 
