@@ -9,7 +9,7 @@ picked on two extra rounds and measured on the others: picked on the same
 rounds, it would be whichever setting had the lucky runs.
 
 - image: JPEG decode, random crop, flip and resize to 64x64, batch 32, on the
-  two real photos that ship with scikit-learn (repeated to `--images`), as
+  real photo that ships with Matplotlib (repeated to `--images`), as
   naive, TF defaults, a grid of hand-tuned settings, plain AUTOTUNE, tfdist
   (stateless ops seeded per element, and the resize done on whole batches),
   tfdist given the others' per-element stateful map, and, doing less work,
@@ -50,13 +50,9 @@ HAND_TUNED = ((os.cpu_count(), 2), (2 * os.cpu_count(), 4))
 
 
 def _jpegs(count):
-  import sklearn
-  folder = os.path.join(os.path.dirname(sklearn.__file__), "datasets", "images")
-  photos = []
-  for name in ("china.jpg", "flower.jpg"):
-    with open(os.path.join(folder, name), "rb") as f:
-      photos.append(f.read())
-  return [photos[i % 2] for i in range(count)]
+  import matplotlib.cbook  # Matplotlib's public-domain sample photo, 512x600.
+  with matplotlib.cbook.get_sample_data("grace_hopper.jpg") as f:
+    return [f.read()] * count
 
 
 def image_variants(tf, data, jpegs):

@@ -44,12 +44,14 @@ def _last_line_in_a_fresh_process(code: str) -> str:
   return lines[-1]
 
 
+@pytest.mark.slow
 def test_split_in_a_fresh_process_gives_four_devices():
   assert _last_line_in_a_fresh_process(
       "import tfdist; tfdist.devices.split_physical_device(4); import tensorflow as tf; "
       "print(len(tf.config.list_logical_devices('CPU')))") == "4"
 
 
+@pytest.mark.slow
 def test_split_gives_each_logical_cpu_its_share_of_the_cores():
   line = _last_line_in_a_fresh_process(
       "import os, tfdist; tfdist.devices.split_physical_device(2); import tensorflow as tf; "
@@ -60,6 +62,7 @@ def test_split_gives_each_logical_cpu_its_share_of_the_cores():
   assert (intra, inter) == (max(1, cores // 2), max(cores, 2))
 
 
+@pytest.mark.slow
 def test_split_keeps_thread_counts_the_program_set():
   assert _last_line_in_a_fresh_process(
       "import tensorflow as tf, tfdist; t = tf.config.threading; "
@@ -82,6 +85,7 @@ def test_preprocessing_device_places_ops_on_the_cpu():
   assert flips and all(op.device.endswith("CPU:1") for op in flips)
 
 
+@pytest.mark.slow
 def test_log_device_placement_logs():
   code = ("import tfdist; import tensorflow as tf; tfdist.devices.log_device_placement(); "
           "tf.constant([1.0]) + tf.constant([2.0])")

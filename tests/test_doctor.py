@@ -3,6 +3,8 @@
 import re
 import socket
 
+import pytest
+
 from tfdist import _doctor as doctor
 from tfdist.cluster import ClusterSpec
 
@@ -95,6 +97,7 @@ def test_unreachable_task_is_a_problem():
                              "start it, or fix its address."]
 
 
+@pytest.mark.slow
 def test_check_xla_fits_a_step_under_each_local_strategy():
   text = str(doctor.diagnose({}, check_xla=True))
   assert re.search(r"one_device +trains \(measured\)", text)

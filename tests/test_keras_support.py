@@ -17,6 +17,7 @@ def test_tfdist_keras_is_tf_keras():
   assert tfdist.keras is tf_keras
 
 
+@pytest.mark.slow
 def test_importing_tfdist_changes_no_environment_variable():
   code = ("import os, json; before = dict(os.environ); import tfdist; "
           "tfdist.make_strategy; tfdist.keras; "
@@ -26,6 +27,7 @@ def test_importing_tfdist_changes_no_environment_variable():
   assert result.stdout.strip().splitlines()[-1] == "{}"
 
 
+@pytest.mark.slow
 def test_use_legacy_keras_is_the_explicit_switch():
   code = ("import os; os.environ.pop('TF_USE_LEGACY_KERAS', None); import tensorflow as tf; "
           "import tfdist; tfdist.use_legacy_keras(); import tf_keras; "
@@ -34,6 +36,7 @@ def test_use_legacy_keras_is_the_explicit_switch():
   assert result.stdout.strip().endswith("OK"), result.stdout[-2000:]
 
 
+@pytest.mark.slow
 def test_tf_keras_used_before_the_switch_gets_a_clear_message():
   code = ("import os; os.environ.pop('TF_USE_LEGACY_KERAS', None); import tensorflow as tf; "
           "tf.keras.Sequential; import tfdist; tfdist.use_legacy_keras()")

@@ -50,6 +50,7 @@ def test_profile_steps_are_first_to_last_and_a_bad_range_names_the_form():
       progress.parse_steps(bad)
 
 
+@pytest.mark.slow
 def test_the_input_stamp_keeps_every_element_replays_and_times_the_input_wait(tmp_path):
   code = (
       "import json, os, time\n"

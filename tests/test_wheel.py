@@ -46,7 +46,8 @@ def _env(target):
 def test_the_wheel_holds_the_package_data(installed):
   _, names = installed
   for path in ("tfdist/launch/templates/slurm.sbatch", "tfdist/launch/task_site/sitecustomize.py",
-               "tfdist/internals/keras.py", "tfdist/training/loop/_runner.py"):
+               "tfdist/internals/keras.py", "tfdist/training/loop/_runner.py",
+               "tfdist/data/digits.npz"):
     assert path in names, path
   assert not any(name.startswith("tests/") for name in names)
 

@@ -14,6 +14,7 @@ MLP_WEIGHTS = 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10
 FAST = {"steps": 5, "repeats": 1}
 
 
+@pytest.mark.slow
 def test_a_model_too_big_for_one_device_is_advised_model_parallelism_measured_here():
   result = tfdist.advise("mlp", devices_per_worker=2, memory_per_device_gb=0.008,
                          timeout=300, **FAST)
@@ -33,6 +34,7 @@ def test_a_model_too_big_for_one_device_is_advised_model_parallelism_measured_he
   assert "more than 8 MB per device" in result.text
 
 
+@pytest.mark.slow
 def test_a_failing_measurement_stops_the_advice_with_its_reason(tmp_path):
   broken = tmp_path / "broken_model.py"
   broken.write_text("def model_fn():\n  raise RuntimeError('no weights for you')\n")

@@ -50,6 +50,7 @@ def test_the_textbook_formulas_for_eight_nodes():
   assert counted["butterfly"].step_bytes() == [n // 2, n // 4, n // 8, n // 8, n // 4, n // 2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_tensorflow_computes_the_sum_on_every_node(algorithm):
   for nodes in (2, 3, 4, 5, 8):

@@ -43,6 +43,7 @@ def _post(port, name, rows):
   return load_generator.post(port, f"/v1/models/{name}:predict", body, timeout=30)
 
 
+@pytest.mark.slow
 def test_requests_of_different_sizes_batched_together_get_their_own_outputs(served):
   server, signature = served
   port = server.server_address[1]
@@ -86,6 +87,7 @@ def test_listens_on_loopback_only_and_names_what_it_serves(served):
     assert _post(port, "model@16x0", np.ones((1, 4), np.float32))["batch_rows"] == [1]
 
 
+@pytest.mark.slow
 def test_batched_is_public_and_batches_calls_from_threads(tmp_path):
   model = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(3)])
   saved_model = tf.saved_model.load(tfdist.export(model, str(tmp_path / "model")))

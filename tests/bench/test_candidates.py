@@ -5,6 +5,7 @@ import pytest
 from tfdist.bench import candidates
 
 
+@pytest.mark.slow
 def test_the_check_times_fits_longer_times_as_long_of_the_same_model(counting_model_fn):
   model_fn, made = counting_model_fn
   timers = candidates.step_timer(model_fn, "mirrored", batch_size=8, steps=5, longer=3)
@@ -19,6 +20,7 @@ def test_the_check_times_fits_longer_times_as_long_of_the_same_model(counting_mo
   assert steps[0] >= 5 and steps[1] == 3 * steps[0]
 
 
+@pytest.mark.slow
 def test_time_ways_reports_the_check_beside_the_advice_s_steps(counting_model_fn):
   model_fn, _ = counting_model_fn
   ways = {"one_device": ("one_device", 8), "mirrored": ("mirrored", 8)}

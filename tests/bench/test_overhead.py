@@ -9,6 +9,7 @@ from tfdist.bench import models
 from tfdist.bench import overhead
 
 
+@pytest.mark.slow
 def test_strategy_overhead_rows():
   rows = overhead.strategy_overhead(["mirrored"], ["mlp"], repeats=1, steps=10)
   assert [(r["model"], r["strategy"]) for r in rows] == [("mlp", "mirrored")]

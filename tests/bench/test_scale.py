@@ -1,5 +1,6 @@
 """tfdist.bench.scale.measure_worker in this process (the 2-worker runs: tests/bench/test_scaling_model.py)."""
 
+import pytest
 import tensorflow as tf
 
 from tfdist.bench import scale
@@ -19,6 +20,7 @@ def test_fits_are_as_many_steps_as_asked_without_a_minimum_length(counting_model
   assert iterations == 2 * 5  # A warm-up round and one timed round.
 
 
+@pytest.mark.slow
 def test_short_fits_are_lengthened_to_the_minimum_and_the_check_is_longer_still(
     counting_model_fn):
   result, iterations = _measure(counting_model_fn, min_fit_seconds=0.5, longer=2)

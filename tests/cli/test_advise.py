@@ -3,9 +3,12 @@
 The measuring is tfdist.bench._advice's (tests/bench/test_advice.py).
 """
 
+import pytest
+
 import helpers
 
 
+@pytest.mark.slow
 def test_a_bad_model_is_refused_before_anything_is_measured():
   done = helpers.run(helpers.tfdist_cli("advise", "--model=no_such_model.py"), timeout=60)
   assert done.returncode == 2
@@ -13,6 +16,7 @@ def test_a_bad_model_is_refused_before_anything_is_measured():
   assert "Received: 'no_such_model.py'" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_failing_measurement_exits_1_with_its_reason(tmp_path):
   broken = tmp_path / "broken_model.py"
   broken.write_text("def model_fn():\n  raise RuntimeError('no weights for you')\n")

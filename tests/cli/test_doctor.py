@@ -2,9 +2,12 @@
 
 import re
 
+import pytest
+
 import helpers
 
 
+@pytest.mark.slow
 def test_cli_exit_codes():
   ok = helpers.run(helpers.tfdist_cli("doctor"), timeout=120)
   assert ok.returncode == 0, ok.stdout[-2000:]
@@ -16,6 +19,7 @@ def test_cli_exit_codes():
   assert "`task.index` is out of range for job 'worker'" in bad.stdout
 
 
+@pytest.mark.slow
 def test_check_keras_measures_each_cell_by_training_it():
   result = helpers.run(helpers.tfdist_cli("doctor", "--check_keras=one_device"), timeout=300)
   assert result.returncode == 0, result.stdout[-3000:]

@@ -1,8 +1,11 @@
 """`tfdist explain`: a dry run of distributed input, from the command line."""
 
+import pytest
+
 import helpers
 
 
+@pytest.mark.slow
 def test_explain_cli():
   result = helpers.run(helpers.tfdist_cli("explain", "--workers=2", "--devices_per_worker=2"),
                        timeout=120)

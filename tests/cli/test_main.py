@@ -68,6 +68,7 @@ def _defined_flags(command):
     return re.findall(r"DEFINE_\w+\(\s*\"(\w+)\"", f.read())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", list(main.COMMANDS))
 def test_each_command_help_lists_its_own_flags_under_its_description(command, helps):
   text = helps[command]
@@ -87,6 +88,7 @@ def test_flags_are_grouped_under_headings(helps):
   assert re.findall(r"^(\w[\w ,]*):$", helps["explain"], re.M) == ["options"]
 
 
+@pytest.mark.slow
 def test_command_help_and_help_command_print_it_and_exit_0(helps):
   done = helpers.run(helpers.tfdist_cli("launch", "--help"), timeout=60)
   assert done.returncode == 0, done.stdout[-3000:]
@@ -98,11 +100,25 @@ def test_command_help_and_help_command_print_it_and_exit_0(helps):
   assert done.returncode == 0 and helps["explain"] in done.stdout, done.stdout[-3000:]
 
 
+def test_every_command_s_help_comes_without_importing_tensorflow():
+  # A user who types --help waits for no TensorFlow import (seconds, more on a busy node).
+  code = ("import atexit, runpy, sys; atexit.register(lambda: print('IMPORTED', sorted(m for m "
+          "in ('tensorflow', 'keras', 'tf_keras') if m in sys.modules))); "
+          "sys.argv = ['tfdist'] + sys.argv[1:]; runpy.run_module('tfdist', run_name='__main__')")
+  imported = {}
+  for command in main.COMMANDS:
+    done = helpers.run([sys.executable, "-c", code, command, "--help"], timeout=60)
+    assert done.returncode == 0, (command, done.stdout[-2000:])
+    imported[command] = done.stdout.splitlines()[-1]
+  assert imported == {command: "IMPORTED []" for command in main.COMMANDS}
+
+
 def test_help_after_the_double_dash_is_the_launched_commands():
   assert main._asks_for_help(["--workers=2", "--help"])
   assert not main._asks_for_help(["--workers=2", "--", "python", "train.py", "--help"])
 
 
+@pytest.mark.slow
 def test_a_positional_argument_is_refused_with_the_flag_it_was_meant_for():
   done = helpers.run(helpers.tfdist_cli("train", "mirrored"), timeout=120)
   assert done.returncode == 2, done.stdout[-3000:]
@@ -118,6 +134,7 @@ def test_a_positional_argument_is_refused_with_the_flag_it_was_meant_for():
           "(tfdist explain --help lists them). Received: ['digits']") in done.stdout
 
 
+@pytest.mark.slow
 def test_the_cli_reference_page_is_generated_from_the_flags():
   generated = _stdout(helpers.tfdist_cli("help", "--markdown"), timeout=300)
   with open(os.path.join(helpers.REPO, "docs", "reference", "cli.md")) as f:

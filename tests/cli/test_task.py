@@ -4,6 +4,8 @@ import json
 import os
 import sys
 
+import pytest
+
 import helpers
 
 PRINT_TF_CONFIG = [sys.executable, "-c", "import os; print('TF_CONFIG', os.environ['TF_CONFIG'])"]
@@ -50,6 +52,7 @@ def test_no_cluster_a_bad_pod_and_a_missing_program_are_one_line_errors():
       "command=['/nonexistent/train']")
 
 
+@pytest.mark.slow
 def test_a_pod_whose_steps_stop_dumps_its_stacks_says_where_and_exits_3(tmp_path):
   import os
   from tfdist import launch
@@ -65,6 +68,7 @@ def test_a_pod_whose_steps_stop_dumps_its_stacks_says_where_and_exits_3(tmp_path
   assert "done" not in result.stdout.replace("steps done", "")
 
 
+@pytest.mark.slow
 def test_the_wrapper_of_a_multi_node_slurm_task_leaves_no_record(tmp_path):
   from tfdist.launch import _task_keras as task_keras
   from tfdist.launch import _trains_alone as trains_alone

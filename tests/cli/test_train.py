@@ -34,6 +34,7 @@ def test_multi_worker_mirrored_two_processes_identical_weights(tmp_path):
   assert "[worker:0] Epoch 4/4" in result.stdout  # Keras progress per epoch.
 
 
+@pytest.mark.slow
 def test_train_rejects_a_bad_flag():
   result = helpers.run(helpers.tfdist_cli("train", "--strategy=mirorred"), timeout=60)
   assert result.returncode != 0
@@ -87,6 +88,7 @@ def test_compressed_gradients_train_in_sync():
   assert done[0][2] == done[1][2]  # The same float16 sums reach both workers.
 
 
+@pytest.mark.slow
 def test_compressed_gradients_are_refused_under_parameter_servers():
   result = helpers.run(helpers.tfdist_cli(
       "train", "--strategy=parameter_server", "--compress_gradients"), timeout=60)

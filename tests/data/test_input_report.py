@@ -41,6 +41,7 @@ def fit_with_report(dataset_fn):
   return model, report
 
 
+@pytest.mark.slow
 def test_slow_pipeline_is_highly_input_bound_and_cached_one_is_not():
   _, slow = fit_with_report(slow_fn)
   _, fast = fit_with_report(fast_fn)
@@ -69,6 +70,7 @@ def _assert_same_weights(a, b):
     np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.slow
 def test_probes_leave_training_unchanged():
   report = input_report.InputBoundReport(fast_fn, verbose=False)
   probed, plain = _train([report]), _train([])
@@ -101,6 +103,7 @@ def test_a_model_with_random_layers_is_not_probed_and_trains_the_same(capsys):
   assert "input-bound report: not measured: the model has random layers" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_keras3_models_are_probed_and_train_the_same():
   import keras as keras3
   report = input_report.InputBoundReport(fast_fn, verbose=False)

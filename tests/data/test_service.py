@@ -42,6 +42,7 @@ def _read_together(datasets, between=None):
   return seen
 
 
+@pytest.mark.slow
 def test_two_trainers_sharing_a_job_see_every_example_once_per_epoch(servers, monkeypatch):
   monkeypatch.setenv("TFDIST_DATA_SERVICE", servers["target"])
   monkeypatch.setenv("TFDIST_DATA_SERVICE_JOB", "test-once")
@@ -62,6 +63,7 @@ def test_parallel_epochs_gives_the_whole_dataset_per_data_worker(servers):
   assert sorted(int(x) for x in dataset) == sorted(list(range(50)) * 2)
 
 
+@pytest.mark.slow
 def test_a_restarted_dispatcher_resumes_from_its_journal_mid_epoch(servers):
   trainers = [service.distribute(tf.data.Dataset.range(2000), service=servers["target"],
                                  job_name="journal") for _ in range(2)]

@@ -52,6 +52,7 @@ def test_enable_and_disable_restore_keras_own_functions():
           trainer.TensorFlowTrainer.fit) == before
 
 
+@pytest.mark.slow
 def test_the_workaround_changes_nothing_on_one_machine():
   import keras
   import numpy as np

@@ -478,6 +478,7 @@ def _checkov():
   pytest.skip("checkov is not installed: `make install` puts it in .venv/checkov")
 
 
+@pytest.mark.slow
 def test_checkov_finds_nothing_in_any_kind_but_what_its_config_skips(tmp_path):
   """One checkov run, as in CI, over every kind's printed YAML and a broken control."""
   from tfdist import launch

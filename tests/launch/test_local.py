@@ -66,6 +66,7 @@ def test_a_failing_task_stops_the_others_quickly_and_shows_its_tail(tmp_path):
   assert len(pids) == 3 and not any(alive(p) for p in pids)
 
 
+@pytest.mark.slow
 def test_grandchildren_are_stopped_too(tmp_path):
   marker = tmp_path / "grandchild"
   code = ("import subprocess, sys, time; "
@@ -361,6 +362,7 @@ def test_a_sigkilled_launcher_leaves_no_task_behind_in_a_private_network(tmp_pat
   assert not [pid for pid in pids if _alive(pid)]
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_during_the_grace_period_leaves_no_task_group_behind(tmp_path):
   # Before: the handlers were restored before the tasks were stopped, so a
   # second SIGINT cut the stop short and the SIGKILL to each group never came.
@@ -442,6 +444,7 @@ def test_trainers_read_every_example_once_through_the_data_service_and_survive_a
   assert fits[0]["loss"][-1] < fits[0]["loss"][0] / 2
 
 
+@pytest.mark.slow
 def test_a_lost_dispatcher_without_a_journal_stops_the_job_and_says_why(tmp_path):
   code = "import time; time.sleep(600)"
   command = helpers.tfdist_cli("launch", "--workers=1", "--data_workers=1", "--grace_period=1",
@@ -454,6 +457,7 @@ def test_a_lost_dispatcher_without_a_journal_stops_the_job_and_says_why(tmp_path
           "--data_work_dir its jobs and the splits it handed out are lost") in out
 
 
+@pytest.mark.slow
 def test_a_lost_dispatcher_with_a_journal_is_restarted(tmp_path):
   code = ("import os, time; print('service at', os.environ['TFDIST_DATA_SERVICE'], flush=True); "
           "time.sleep(10)")

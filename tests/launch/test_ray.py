@@ -465,6 +465,7 @@ def test_an_actor_lost_after_its_task_exited_keeps_the_tasks_exit_code(tmp_path)
                              "result returned.\n")
 
 
+@pytest.mark.slow
 def test_an_actors_folders_go_when_it_is_sigkilled(tmp_path):
   # Ray kills a lost launcher's actors, and their children: no finally runs in them.
   folder = tmp_path / "tfdist-joined-x"

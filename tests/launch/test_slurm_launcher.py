@@ -147,7 +147,10 @@ def test_a_failing_job_returns_its_exit_code(slurm, tmp_path):
       sys.executable, "-c",
       "import os, socket, sys, time; rank = os.environ['SLURM_PROCID']; print('rank', rank, "
       "'sees', [name for _, name in socket.if_nameindex()], flush=True); "
-      "time.sleep(0 if rank == '1' else 100); sys.exit(3)"),
+      # Rank 1 fails once rank 0 has printed (its line is asserted below), within a minute.
+      f"ready = {str(tmp_path / 'rank-0-printed')!r}; "
+      "open(ready, 'w').close() if rank == '0' else [time.sleep(0.1) for _ in range(600) "
+      "if not os.path.exists(ready)]; time.sleep(100 if rank == '0' else 0); sys.exit(3)"),
       timeout=200, env={"SLURM_CONF": slurm.conf})
   # srun stops rank 0 and returns 143 (SIGTERM), the highest code: the launch returns the first.
   assert result.returncode == 3, result.stdout[-3000:]

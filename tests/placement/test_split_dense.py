@@ -129,6 +129,7 @@ def _regression(seed=0):
   return x, np.tanh(x @ rng.normal(size=(6, 1))).astype("float32")
 
 
+@pytest.mark.slow
 def test_trains_under_a_mirrored_strategy_as_the_unsplit_model_does():
   x, y = _regression()
   strategy = tf.distribute.MirroredStrategy(DEVICES)
@@ -156,6 +157,7 @@ def test_trains_under_a_mirrored_strategy_as_the_unsplit_model_does():
   assert sorted(v.device[-5:] for v in kernel.values) == ["CPU:0", "CPU:1"]
 
 
+@pytest.mark.slow
 def test_keras3_split_equals_the_unsplit_dense_and_trains_under_mirrored():
   import keras as keras3  # pylint: disable=import-outside-toplevel
   x, y = _regression(1)

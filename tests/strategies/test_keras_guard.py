@@ -10,6 +10,7 @@ import tfdist
 from tfdist import keras
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour", ["tf_keras", "keras3"])
 def test_jit_compile_trains_where_xla_can_and_is_refused_before_a_step_elsewhere(flavour):
   k = __import__("keras") if flavour == "keras3" else keras

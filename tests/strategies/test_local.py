@@ -89,6 +89,7 @@ class TestCentralStorageWithKeras3State:
     with pytest.raises(ValueError, match="You must specify an aggregation method"):
       self.fit(raw)
 
+  @pytest.mark.slow
   def test_tfdist_trains_and_updates_the_moving_statistics(self):
     model, losses = self.fit(tfdist.make_strategy("central_storage"))
     assert losses[-1] < losses[0]
@@ -99,6 +100,7 @@ class TestCentralStorageWithKeras3State:
     np.testing.assert_allclose(moving_mean, mirrored.layers[1].moving_mean, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_many_mirrored_strategies_in_one_process():
   """tensorflow/tensorflow#62790: TF's default collectives abort on the second strategy."""
   for units in (3, 5, 7):  # Different shapes each time, as different models have.
@@ -111,6 +113,7 @@ def test_many_mirrored_strategies_in_one_process():
     model.fit(x, y, batch_size=32, epochs=1, verbose=0)
 
 
+@pytest.mark.slow
 def test_many_raw_mirrored_strategies_abort_in_tensorflow():
   code = """
 import tfdist

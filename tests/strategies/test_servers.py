@@ -65,6 +65,7 @@ def test_a_ps_task_serves_on_after_sigterm_until_the_chief_has_gone():
   assert f"the chief at {chief_address} has finished; ps:0 stops serving" in output
 
 
+@pytest.mark.slow
 def test_the_host_network_is_not_private_and_a_namespace_is():
   assert not servers.network_is_private()  # This machine has more than loopback.
   result = helpers.run(["unshare", "--user", "--map-root-user", "--net", "--",

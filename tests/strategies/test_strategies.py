@@ -13,6 +13,7 @@ LOCAL = [("one_device", {}), ("default", {}), ("mirrored", {}),
          ("central_storage", {}), ("multi_worker_mirrored", {})]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, options", LOCAL, ids=lambda v: str(v))
 def test_fit_evaluate_predict(name, options):
   strategy = tfdist.make_strategy(name, **options)
@@ -23,6 +24,7 @@ def test_fit_evaluate_predict(name, options):
   assert model.predict(x, verbose=0).shape == (256, 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mirrored", "central_storage"])
 def test_sync_strategies_match_single_device(name):
   strategy = tfdist.make_strategy(name)

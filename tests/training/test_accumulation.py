@@ -48,6 +48,7 @@ def _assert_same(model, history, reference, reference_history, names=("loss", "m
       int(reference.optimizer.iterations.numpy()) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour", KERASES)
 def test_micro_batches_equal_one_device_on_the_whole_batch(flavour):
   """fit under every single-machine strategy, with loss scaling, and the loop."""
@@ -120,6 +121,7 @@ def test_two_workers_accumulate_like_one_device_on_the_whole_batch():
     assert results["[worker:0"][run]["iterations"] == 4
 
 
+@pytest.mark.slow
 def test_the_job_trains_the_same_in_micro_batches():
   """`tfdist train --accumulate_steps=K` (`TrainConfig.accumulate_steps`): the same losses."""
   from tfdist.training import job

@@ -105,6 +105,7 @@ class _StopAt(keras.callbacks.Callback):
       raise RuntimeError("interrupted")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["default", "one_device", "mirrored", "central_storage"])
 def test_interrupted_and_resumed_equals_uninterrupted(name, tmp_path):
   x = np.random.default_rng(0).random((64, 3)).astype("float32")
@@ -248,6 +249,7 @@ def test_a_backup_that_would_outlast_the_grace_period_is_warned_about_at_the_fir
   assert not [p for p in os.listdir(tmp_path) if "grace-probe" in p]  # Its scratch is gone.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
 @pytest.mark.parametrize("name", ["one_device", "mirrored"])
 def test_fit_interrupted_twice_reads_on_where_it_stopped_and_ends_with_the_uninterrupted_weights(

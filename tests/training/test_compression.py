@@ -52,6 +52,7 @@ def test_the_sum_crosses_in_float16_and_returns_float32():
     np.testing.assert_array_equal(summed.numpy(), [2.0, 1.0, -4.0])
 
 
+@pytest.mark.slow
 def test_training_matches_float32_all_reduce():
   _, plain = _train(tfdist.make_strategy("mirrored"), compress=False)
   model, compressed = _train(tfdist.make_strategy("mirrored"), compress=True)
@@ -96,6 +97,7 @@ def test_errors(optimizer, kwargs, error, match):
     compress_gradients(optimizer, **kwargs)
 
 
+@pytest.mark.slow
 def test_parameter_servers_are_refused():
   # In a child: an in-process PSS connects this process's eager context to its cluster.
   script = """

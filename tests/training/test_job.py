@@ -1,5 +1,10 @@
 """tfdist.training.job: the default job trains under a strategy and reports numbers."""
 
+import hashlib
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -17,6 +22,27 @@ def test_embedded_digits_split_is_fixed_and_real():
   np.testing.assert_array_equal(x_train, again)
 
 
+def test_embedded_digits_are_the_published_ones_without_scikit_learn():
+  # The 1,797 images and labels scikit-learn ships as load_digits, byte for byte.
+  with np.load(os.path.join(os.path.dirname(digits.__file__), "digits.npz")) as stored:
+    images, labels = stored["images"], stored["labels"]
+  assert images.shape == (1797, 8, 8) and images.dtype == np.uint8 and images.max() == 16
+  assert np.bincount(labels).tolist() == [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
+  assert hashlib.sha256((images / 16.0).astype(np.float32).tobytes()).hexdigest() == (
+      "9f578524b6cec1fc800cc52dfc87ebe56264983d490aa72a4bd928ba2570ec77")
+  assert hashlib.sha256(labels.astype(np.int32).tobytes()).hexdigest() == (
+      "3a0e68456f9a3c609b399717dd9ca55bb9153be1bccf72e38e3319cb740c75cd")
+  # They load where scikit-learn cannot be imported (with it, importing TensorFlow
+  # imports it and SciPy: seconds of CPU in every task).
+  code = ("import sys; sys.modules['sklearn'] = None; from tfdist.data import digits; "
+          "(x, y), _ = digits.load_digits(); print(x.shape)")
+  shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+  assert shown.returncode == 0, shown.stderr[-2000:]
+  assert shown.stdout.split() == ["(1437,", "8,", "8,", "1)"], shown.stdout
+
+
+@pytest.mark.slow
 def test_mirrored_matches_one_device_on_the_default_job():
   config = job.TrainConfig(strategy="one_device", epochs=3, verbose=0)
   single = job.train(config)
@@ -27,6 +53,7 @@ def test_mirrored_matches_one_device_on_the_default_job():
   assert single.examples_per_second > 0 and single.step_time_ms > 0
 
 
+@pytest.mark.slow
 def test_keras3_trains_the_default_job_like_tf_keras():
   keras3 = job.train(job.TrainConfig(strategy="mirrored", epochs=3, verbose=0,
                                                keras="keras3"))
@@ -72,6 +99,7 @@ def test_steps_per_epoch_come_from_the_cardinality_and_only_else_from_one_pass(c
   assert "length is unknown to TensorFlow; reading it once" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_on_fewer_workers_than_asked_the_learning_rate_stays_for_the_replicas_asked(
     monkeypatch, caplog):
   # One worker of the two asked for (tfdist launch --min_workers): its one

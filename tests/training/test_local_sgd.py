@@ -53,6 +53,7 @@ def _replica_spread(strategy, model):
              for a, b in (_copies(strategy, v) for v in model.trainable_variables))
 
 
+@pytest.mark.slow
 def test_every_step_synced_with_sgd_is_synchronous_training():
   """fit and the Loop at sync_every=1 equal one device; H>1 replicas part, a sync joins them.
 
@@ -87,6 +88,7 @@ def test_every_step_synced_with_sgd_is_synchronous_training():
   assert _replica_spread(strategy, local) == 0.0
 
 
+@pytest.mark.slow
 def test_a_resumed_loop_keeps_the_sync_point_and_the_outer_state(tmp_path):
   keras, strategy = tfdist.keras, tfdist.make_strategy("mirrored")
 
@@ -111,6 +113,7 @@ def test_a_resumed_loop_keeps_the_sync_point_and_the_outer_state(tmp_path):
   assert loop(tmp_path / "resumed")[1].local_sgd.steps_to_sync() == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour", KERASES)
 def test_what_a_fit_backup_saves_holds_the_outer_state(flavour, tmp_path):
   """Each Keras's backup format (tf_keras: a TF checkpoint of the model; Keras 3: its weights file)."""
@@ -149,6 +152,7 @@ def _every_copy(strategy, model):
   return np.concatenate([copy.ravel() for v in variables for copy in _copies(strategy, v)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour", KERASES)
 def test_fit_stopped_between_syncs_with_adam_resumes_every_replica_as_it_was(flavour, tmp_path):
   """A crash and a SIGTERM, both between syncs: each replica's weights and Adam moments come back."""
@@ -207,6 +211,7 @@ def test_copies_saved_by_more_or_fewer_replicas_are_a_warning_and_change_nothing
     np.testing.assert_array_equal(_every_copy(strategies[now], restored), before)
 
 
+@pytest.mark.slow
 def test_a_loop_resumed_between_syncs_with_momentum_resumes_every_replica_as_it_was(tmp_path):
   keras, strategy = tfdist.keras, tfdist.make_strategy("mirrored")
 
@@ -227,6 +232,7 @@ def test_a_loop_resumed_between_syncs_with_momentum_resumes_every_replica_as_it_
                              atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour", KERASES)
 def test_an_outer_optimizer_object_is_diloco_with_that_optimizer(flavour, tmp_path):
   keras, strategy = helpers.keras_of(flavour), tfdist.make_strategy("mirrored")

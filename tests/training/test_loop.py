@@ -43,6 +43,7 @@ def _loop(keras, strategy, model, **kwargs):
                        optimizer=optimizer, **kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour", KERASES)
 @pytest.mark.parametrize("name", ["one_device", "mirrored", "central_storage"])
 def test_losses_equal_fit(name, flavour):
@@ -67,6 +68,7 @@ def test_losses_equal_fit(name, flavour):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour", KERASES)
 def test_a_partial_last_batch_is_averaged_over_the_examples_it_has(flavour):
   # 1001 = 15 x 64 + 41: the last global batch splits 21 + 20 over the replicas.
@@ -114,6 +116,7 @@ def test_a_fit_lets_go_of_its_input_iterators_when_it_returns(steps_per_epoch):
                       verbose=False)["loss"]) == 1
 
 
+@pytest.mark.slow
 def test_a_step_of_your_own_with_regularization_trains_like_fit():
   keras, strategy = tfdist.keras, tfdist.make_strategy("mirrored")
   x, y = helpers.regression_data(512)
@@ -148,6 +151,7 @@ def test_a_step_of_your_own_with_regularization_trains_like_fit():
   np.testing.assert_allclose(history["loss"], expected, rtol=2e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour", KERASES)
 def test_a_restarted_loop_resumes_where_its_checkpoint_left_off(flavour, tmp_path):
   keras, strategy = helpers.keras_of(flavour), tfdist.make_strategy("mirrored")
@@ -376,6 +380,7 @@ def test_variables_sharded_over_two_ps_tasks_train_and_resume(flavour):
 
 # Keras 3's LossScaleOptimizer under mirrored decides whether to skip a step
 # from the first replica's gradients only (docs/known_issues.md): one device.
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour, name", [("tf_keras", "mirrored"), ("keras3", "one_device")])
 def test_mixed_float16_steps_scale_the_loss(flavour, name):
   # Under mixed_float16 compile wraps the optimizer in loss scaling; the loop

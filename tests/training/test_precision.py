@@ -26,6 +26,7 @@ def test_unknown_policies_name_the_valid_ones():
     precision.set_policy("bfloat16")
 
 
+@pytest.mark.slow
 def test_mixed_bfloat16_under_mirrored_reaches_float32_accuracy():
   results = {p: job.train(job.TrainConfig(strategy="mirrored", verbose=0, precision=p))
              for p in ("float32", "mixed_bfloat16")}

@@ -1,8 +1,11 @@
 """tfdist.training._process: one `tfdist train` in a fresh process, and its result."""
 
+import pytest
+
 from tfdist.training import _process as train_process
 
 
+@pytest.mark.slow
 def test_a_run_that_fails_returns_its_exit_code_and_last_lines(tmp_path):
   result = train_process.run("mirorred", str(tmp_path), keras="tf_keras", epochs=1,
                              batch_size=64, timeout=60)
@@ -11,6 +14,7 @@ def test_a_run_that_fails_returns_its_exit_code_and_last_lines(tmp_path):
   assert any("value should be one of" in line for line in result["log_tail"])
 
 
+@pytest.mark.slow
 def test_a_run_returns_the_result_the_task_wrote(tmp_path):
   result = train_process.run("one_device", str(tmp_path), keras="keras3", epochs=1,
                              batch_size=256, timeout=120)

@@ -39,6 +39,7 @@ def classifier(package=keras):
                              package.layers.Dense(10)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["one_device", "mirrored", "central_storage"])
 def test_single_machine_strategies_export_what_predict_gives(tmp_path, name):
   import keras as keras3

@@ -38,6 +38,7 @@ def test_two_workers_and_an_evaluator_one_result_per_checkpoint(tmp_path):
   assert accuracies[-1][1] == pytest.approx(trained, abs=1e-4)  # The same weights, same data.
 
 
+@pytest.mark.slow
 def test_evaluator_needs_a_checkpoint_dir_and_a_cluster():
   result = helpers.run(helpers.tfdist_cli("train", "--strategy=multi_worker_mirrored",
                                           "--evaluator"), timeout=60)

@@ -32,6 +32,7 @@ def _fit(strategy, method=None, *, fraction=0.01, learning_rate=0.05, epochs=1):
   return model, history.history["loss"]
 
 
+@pytest.mark.slow
 def test_sending_every_entry_is_the_dense_all_reduce(strategy):
   dense, _ = _fit(strategy, epochs=3)
   top_all, _ = _fit(strategy, "top_k", fraction=1.0, epochs=3)
@@ -41,6 +42,7 @@ def test_sending_every_entry_is_the_dense_all_reduce(strategy):
     np.testing.assert_allclose(c, b, atol=2e-3)  # 8 bits a step, the rest fed back
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", sparsification.METHODS)
 def test_what_is_not_sent_waits_in_the_residuals(strategy, method):
   # One SGD step: the weights moved by the sent sum; the replicas' residuals
@@ -54,6 +56,7 @@ def test_what_is_not_sent_waits_in_the_residuals(strategy, method):
     np.testing.assert_allclose(moved - 0.05 * unsent, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_tenth_of_the_entries_still_trains(strategy):
   _, dense = _fit(strategy, epochs=30)
   _, sparse = _fit(strategy, "top_k", fraction=0.1, epochs=30)

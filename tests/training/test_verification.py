@@ -18,6 +18,7 @@ def _dataset():
   return tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
 
 
+@pytest.mark.slow
 def test_a_model_that_trains_as_on_one_device_passes_and_one_that_does_not_is_named():
   report = tfdist.verify(verify_models.model_fn, _dataset, strategy="mirrored", steps=2)
   assert report.agrees and report.first_difference is None, report.summary()

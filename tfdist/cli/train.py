@@ -15,14 +15,12 @@ import sys
 from absl import flags
 
 from tfdist import cluster as cluster_lib
+from tfdist import _choices as choices
 from tfdist.training import precision
-from tfdist.training import scaling
 from tfdist.cli import self_launch
 from tfdist.training import config as train_config
 from tfdist.training import _user_code as user_code
 from tfdist.launch import _task_keras as task_keras
-from tfdist.strategies._local import CROSS_DEVICE_OPS
-from tfdist.strategies._multi_worker_mirrored import COMMUNICATION
 
 _STRATEGY = flags.DEFINE_enum(
     "strategy", "one_device",
@@ -33,7 +31,7 @@ _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Global batch size; each re
                                    "batch_size / replicas.", lower_bound=1)
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-2, "Base learning rate (Adam).",
                                     lower_bound=0)
-_LR_SCALING = flags.DEFINE_enum("lr_scaling", "none", list(scaling.SCALING_RULES),
+_LR_SCALING = flags.DEFINE_enum("lr_scaling", "none", list(choices.SCALING_RULES),
                                 "Multiply the learning rate by replicas (linear) or "
                                 "sqrt(replicas).")
 _WARMUP_STEPS = flags.DEFINE_integer("warmup_steps", 0, "Linear warm-up steps from the base "
@@ -47,9 +45,9 @@ _PS = flags.DEFINE_integer("ps", 1, "Parameter servers of the local cluster for 
                            "parameter_server.", lower_bound=1)
 _IN_PROCESS = flags.DEFINE_bool("in_process", False, "parameter_server: run the whole "
                                 "cluster in this process instead of one process per task.")
-_COMMUNICATION = flags.DEFINE_enum("communication", "auto", list(COMMUNICATION),
+_COMMUNICATION = flags.DEFINE_enum("communication", "auto", list(choices.COMMUNICATION),
                                    "multi_worker_mirrored collective implementation.")
-_CROSS_DEVICE_OPS = flags.DEFINE_enum("cross_device_ops", "auto", list(CROSS_DEVICE_OPS),
+_CROSS_DEVICE_OPS = flags.DEFINE_enum("cross_device_ops", "auto", list(choices.CROSS_DEVICE_OPS),
                                       "mirrored all-reduce implementation.")
 _COMPRESS_GRADIENTS = flags.DEFINE_bool(
     "compress_gradients", False, "All-reduce gradients in float16 (half the bytes; mirrored "

@@ -2,7 +2,7 @@
 
 - `pipeline`: `build` puts a dataset through the known-good order (its names
   are re-exported here, so `tfdist.data.build` is the pipeline builder);
-- `digits`: the embedded digits (scikit-learn's 1,797 8x8 images), the default job's data;
+- `digits`: the embedded digits (1,797 real 8x8 images, no download), the default job's data;
 - `tfds_digits`: the same digits as a TFDS dataset of TFRecord shards, for
   `tfds.load` and FILE auto-sharding without a network;
 - `distributed_input`: shard policies, `explain`, and distributing a dataset or

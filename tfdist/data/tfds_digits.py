@@ -1,7 +1,7 @@
 """The embedded digits as a TFDS dataset: real TFRecord shards in a local data_dir.
 
 `tfds.load` of an unprepared dataset needs the network; this builder writes the
-digits that ship with scikit-learn (`tfdist.data.digits`) instead, so `tfds.load`,
+digits that ship with tfdist (`tfdist.data.digits`) instead, so `tfds.load`,
 file-based auto-sharding and per-worker file assignment all run for real offline.
 
 Example:
@@ -22,7 +22,7 @@ NAME = "tfdist_digits"
 
 
 class TfdistDigits(tfds.core.GeneratorBasedBuilder):
-  """scikit-learn's 1,797 8x8 handwritten digits, split as `tfdist.data.digits`."""
+  """The 1,797 embedded 8x8 handwritten digits, split as `tfdist.data.digits`."""
 
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "Images float32 in [0, 1], shape (8, 8, 1); fixed split."}
@@ -34,11 +34,11 @@ class TfdistDigits(tfds.core.GeneratorBasedBuilder):
             "label": tfds.features.ClassLabel(num_classes=digits.NUM_CLASSES),
         }),
         supervised_keys=("image", "label"),
-        homepage="https://scikit-learn.org/stable/datasets/toy_dataset.html",
+        homepage="https://doi.org/10.24432/C50P49",
     )
 
   def _split_generators(self, dl_manager):
-    del dl_manager  # Nothing to download: the data ships with scikit-learn.
+    del dl_manager  # Nothing to download: the data ships with tfdist.
     (x_train, y_train), (x_test, y_test) = digits.load_digits()
     return {"train": self._generate_examples(x_train, y_train),
             "test": self._generate_examples(x_test, y_test)}

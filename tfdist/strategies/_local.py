@@ -10,11 +10,10 @@ from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
+from tfdist._choices import CROSS_DEVICE_OPS  # Re-exported as tfdist.strategies.CROSS_DEVICE_OPS.
 from tfdist.strategies import _keras_guard as keras_guard
 
 logger = logging.getLogger("tfdist")
-
-CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
 
 
 def default() -> tf.distribute.Strategy:

@@ -11,6 +11,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from tfdist._choices import COMMUNICATION  # Re-exported as tfdist.strategies.COMMUNICATION.
 from tfdist import _keras_support as keras_support
 from tfdist.internals import keras as keras_internals
 from tfdist.internals import keras_callbacks
@@ -22,7 +23,6 @@ from tfdist.strategies import _registry as registry
 
 logger = logging.getLogger("tfdist")
 
-COMMUNICATION = ("auto", "ring", "nccl")
 # multi_worker_mirrored's gradient packs. TF's default (0) sends all gradients as
 # one all-reduce; packs of 4 MB run as concurrent collectives, which on gRPC
 # measured 1.4-1.7x faster for 64 MB of 1 MB gradients (fp32 298 -> 179 ms,

@@ -19,7 +19,8 @@ from typing import Union
 import tensorflow as tf
 import tf_keras
 
-SCALING_RULES = ("linear", "sqrt", "none")
+from tfdist._choices import SCALING_RULES  # Re-exported as scaling.SCALING_RULES.
+
 StrategyOrCount = Union[int, tf.distribute.Strategy]
 
 
