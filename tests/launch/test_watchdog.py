@@ -172,12 +172,34 @@ def test_a_worker_blocked_in_its_input_pipeline_is_named_and_the_job_ends(tmp_pa
   assert "final weights" not in result.stdout
 
 
+
+def test_the_least_limit_outside_the_steps_is_a_minute_unless_told(tmp_path):
+  now = [100.0]
+  path = tmp_path / ("worker-0" + progress.PROGRESS_SUFFIX)
+  for environ, least in (({}, watchdog.BOUNDARY_SECONDS), ({"TFDIST_BOUNDARY_SECONDS": "7"}, 7),
+                         ({"TFDIST_BOUNDARY_SECONDS": "600"}, 600)):
+    dog = watchdog.StallWatchdog(str(tmp_path), timeout=2, clock=lambda: now[0], environ=environ)
+    path.write_text("1 0 2 boundary 0")
+    assert dog.check() is None
+    now[0] += least - 0.5  # 3 x 2 s is less than the least limit: the least limit holds.
+    assert dog.check() is None
+    now[0] += 1
+    assert dog.check().limit == max(6, least)
+    now[0] += 1000
+  for text in ("a minute", "-1", "nan", "inf"):
+    with pytest.raises(ValueError, match=re.escape(
+        "`TFDIST_BOUNDARY_SECONDS` must be a number of seconds >= 0: the least time a first "
+        f"step may take. Received: TFDIST_BOUNDARY_SECONDS={text!r}")):
+      watchdog.StallWatchdog(str(tmp_path), timeout=2, environ={"TFDIST_BOUNDARY_SECONDS": text})
+
 @pytest.mark.slow
 def test_a_worker_that_hangs_while_building_its_model_is_named_in_start_up_with_its_stack():
-  # Its strategy exists; its peer waits in the variable check. A minute: a first step's limit.
+  # Its strategy exists; its peer waits in the variable check. A first step's limit: 3 x 5 s,
+  # at least TFDIST_BOUNDARY_SECONDS (a minute unless told).
   result = helpers.run(helpers.tfdist_cli(
       "launch", "--workers=2", "--stall_timeout=5", "--grace_period=2", "--",
-      *helpers.python(os.path.join(helpers.SCRIPTS, "disagree.py"), "hang_build")), timeout=240)
+      *helpers.python(os.path.join(helpers.SCRIPTS, "disagree.py"), "hang_build")), timeout=240,
+      env={watchdog.BOUNDARY_SECONDS_ENV: "20"})
   assert result.returncode == launch.STALL_EXIT_CODE, result.stdout[-4000:]
   assert re.search(r"\[worker:1\]   File \".*disagree.py\", line \d+ in build_model",
                    result.stdout)

@@ -60,9 +60,13 @@ def test_a_ps_task_serves_on_after_sigterm_until_the_chief_has_gone():
     time.sleep(2)
     assert process.poll() is None  # Still serving: the chief may be backing up.
     chief.close()
+    closed = time.monotonic()
     output = process.communicate(timeout=60)[0]
+    ended = time.monotonic() - closed
   assert process.returncode == 128 + signal.SIGTERM, output
   assert f"the chief at {chief_address} has finished; ps:0 stops serving" in output
+  # Stopped, and its chief's port refuses: gone, without the grace for a busy chief.
+  assert ended < servers.CHIEF_GONE_SECONDS, ended
 
 
 @pytest.mark.slow

@@ -10,9 +10,9 @@ evaluation, the exit. A stall is no new report from any task within the limit:
 
 - `timeout` seconds while steps run, or 20 times the slowest task's mean
   step when that is longer (a job whose steps take minutes);
-- three times that, and at least a minute, while any task is in another
-  phase (start-up, building its model, a boundary where the next step may
-  compile: `fit`, an epoch, evaluation);
+- three times that, and at least a minute (`TFDIST_BOUNDARY_SECONDS`), while
+  any task is in another phase (start-up, building its model, a boundary where
+  the next step may compile: `fit`, an epoch, evaluation);
 - at least START_UP_SECONDS (30 min) while every task is still in start-up,
   before its strategy exists (pods that start minutes apart, data prepared
   first).
@@ -51,9 +51,12 @@ logger = logging.getLogger("tfdist")
 DEFAULT_STALL_TIMEOUT = 300.0
 STALL_TIMEOUT_ENV = "TFDIST_STALL_TIMEOUT"
 # How long a boundary's first step (compile, a new iterator) may take: this many
-# timeouts, and at least BOUNDARY_SECONDS (a first compile on a busy machine).
+# timeouts, and at least BOUNDARY_SECONDS (a first compile on a busy machine), or
+# what BOUNDARY_SECONDS_ENV says (a small model on an idle machine compiles in
+# seconds; a large one may need longer than three timeouts).
 BOUNDARY_FACTOR = 3.0
 BOUNDARY_SECONDS = 60.0
+BOUNDARY_SECONDS_ENV = "TFDIST_BOUNDARY_SECONDS"
 # How many mean steps of the slowest task fit in the limit, when that is longer.
 STEP_FACTOR = 20.0
 # While every task is still in start-up (none has built its strategy): at least this
@@ -97,6 +100,22 @@ def resolve_timeout(timeout: Optional[float], num_training_tasks: int,
   return float(timeout)
 
 
+def resolve_boundary_seconds(environ: Optional[Mapping[str, str]] = None) -> float:
+  """The least limit while a task is outside its steps: BOUNDARY_SECONDS_ENV, else BOUNDARY_SECONDS."""
+  environ = os.environ if environ is None else environ
+  text = environ.get(BOUNDARY_SECONDS_ENV, "")
+  if text == "":
+    return BOUNDARY_SECONDS
+  try:
+    seconds = float(text)
+  except ValueError:
+    seconds = -1.0
+  if not seconds >= 0 or seconds == float("inf"):
+    raise ValueError(f"`{BOUNDARY_SECONDS_ENV}` must be a number of seconds >= 0: the least "
+                     f"time a first step may take. Received: {BOUNDARY_SECONDS_ENV}={text!r}")
+  return seconds
+
+
 @dataclasses.dataclass(frozen=True)
 class Report:
   """One task's last progress line."""
@@ -135,8 +154,10 @@ def read_report(path: str) -> Optional[Report]:
 class StallWatchdog:
   """Watches the progress files in `directory` (see the module doc)."""
 
-  def __init__(self, directory: str, timeout: float, clock=time.monotonic):
+  def __init__(self, directory: str, timeout: float, clock=time.monotonic,
+               environ: Optional[Mapping[str, str]] = None):
     self.directory, self.timeout, self.clock = directory, timeout, clock
+    self.boundary_seconds = resolve_boundary_seconds(environ)
     self.reset()
 
   def reset(self) -> None:
@@ -178,7 +199,7 @@ class StallWatchdog:
     # A task that has not trained yet (start-up, its model's build), or just began fit,
     # an epoch or an evaluation, may be compiling: its first step may be slow.
     if any(r.phase not in (progress.STEP, progress.END) for r in reports.values()):
-      limit = max(limit * BOUNDARY_FACTOR, BOUNDARY_SECONDS)
+      limit = max(limit * BOUNDARY_FACTOR, self.boundary_seconds)
     if all(r.phase == progress.STARTED for r in reports.values()):
       limit = max(limit, START_UP_SECONDS)
     return limit

@@ -113,15 +113,22 @@ def serve(resolver) -> None:
   terminated = []
   if threading.current_thread() is threading.main_thread():
     signal.signal(signal.SIGTERM, lambda signum, frame: terminated.append(signum))
-  wait_for_chief_to_finish(chief[0])
+  wait_for_chief_to_finish(chief[0], stopping=lambda: bool(terminated))
   logger.info("tfdist: the chief at %s has finished; %s stops serving", chief[0], task)
   sys.stdout.flush()
   # TF's server threads never end; exit without waiting for them.
   os._exit(128 + signal.SIGTERM if terminated else 0)
 
 
-def wait_for_chief_to_finish(address: str) -> None:
-  """Returns once `address` answered and then stayed unreachable for CHIEF_GONE_SECONDS."""
+def wait_for_chief_to_finish(address: str, stopping=lambda: False) -> None:
+  """Returns once `address` answered and then stayed unreachable for CHIEF_GONE_SECONDS.
+
+  Once `stopping()` (the task got SIGTERM: its job is being stopped), a chief
+  whose port refuses connections is gone at once: a TensorFlow server listens
+  until its process exits, and a launcher stops the serving tasks of a job
+  whose chief has ended (5 s less per job). A chief that does not answer in
+  time may only be busy, and gets the whole CHIEF_GONE_SECONDS.
+  """
   seen, gone_since = False, None
   while True:
     if preflight.reachable(address, timeout=_POLL_SECONDS):
@@ -129,6 +136,22 @@ def wait_for_chief_to_finish(address: str) -> None:
     elif seen:
       now = time.monotonic()
       gone_since = gone_since or now
-      if now - gone_since >= CHIEF_GONE_SECONDS:
+      if now - gone_since >= CHIEF_GONE_SECONDS or (stopping() and _refused(address)):
         return
-    time.sleep(_POLL_SECONDS)
+    time.sleep(_POLL_SECONDS / 4 if stopping() else _POLL_SECONDS)
+
+
+def _refused(address: str) -> bool:
+  """Whether every address of `address`'s host refuses a connection: nothing listens there."""
+  addresses = preflight.resolve(address)
+  for family, sockaddr in addresses:
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+      sock.settimeout(_POLL_SECONDS)
+      try:
+        sock.connect(sockaddr)
+      except ConnectionRefusedError:
+        continue
+      except OSError:  # No answer in time, no route: not known to be gone.
+        return False
+      return False  # Something answers after all.
+  return bool(addresses)
