@@ -6,8 +6,8 @@ the test part of the UCI "Optical Recognition of Handwritten Digits" data
 (E. Alpaydin and C. Kaynak, 1998; https://doi.org/10.24432/C50P49), under
 CC BY 4.0; tfdist stores them as they are, pixel counts 0 to 16. tfdist does
 not depend on scikit-learn: with it installed, importing TensorFlow also
-imports it and SciPy (Keras's scikit-learn wrappers), about 1.5 s of CPU in
-every process of a job (docs/measuring.md).
+imports it and SciPy (Keras's scikit-learn wrappers), about half a second of
+CPU in every process of a job (docs/measuring.md).
 
 The split is fixed (seeded), so every run and every worker sees the same train
 and test sets.
