@@ -77,3 +77,13 @@ def test_a_launched_tasks_fit_logs_its_status_with_the_loss_under_both_kerases(
           r"(, about \d+s left in this epoch)?")
   assert lines and all(re.fullmatch(form, line) for line in lines), lines
   assert any(line.endswith("left in this epoch") for line in lines), lines
+
+
+def test_an_untested_tf_keras_is_named_once_in_the_line_that_says_so(monkeypatch, caplog):
+  # Before: "tfdist's tfdist's fit callbacks ... is not applied".
+  from tfdist.internals import tf_keras as tf_keras_internals
+  monkeypatch.setattr(tf_keras_internals, "TESTED", ((9, 0), (9, 0)))
+  caplog.set_level("WARNING", logger="tfdist")
+  assert not fit_callbacks._tested("tf_keras")
+  (line,) = [r.getMessage() for r in caplog.records if r.name == "tfdist"]
+  assert line.startswith("tfdist's fit callbacks (") and line.count("tfdist") == 1, line

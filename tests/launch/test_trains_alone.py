@@ -112,3 +112,18 @@ def test_error_mode_fails_a_job_in_which_no_two_tasks_joined():
                        timeout=180)
   assert result.returncode == trains_alone.TRAINS_ALONE_EXIT_CODE, result.stdout[-3000:]
   assert "[tfdist launch] No two tasks ever joined a collective" in result.stdout
+
+
+def test_a_task_whose_strategy_watch_is_off_leaves_nothing_to_raise_a_false_alarm(
+    multi_worker_task, monkeypatch, tmp_path, caplog):
+  # Before: on a TensorFlow the watch is not applied to, every task still recorded that it
+  # imported TensorFlow, none could record joining, and a correct 2-worker job ended with
+  # "No two tasks ever joined a collective" (exit 1 with --trains_alone=error).
+  from tfdist.internals import strategy_watch
+  monkeypatch.setattr(strategy_watch, "TESTED", ((9, 0), (9, 0)))  # As on an untested version.
+  monkeypatch.setenv(trains_alone.JOINED_DIR_ENV, str(tmp_path))
+  trains_alone.install()  # TensorFlow is imported: its hook runs at once.
+  assert os.listdir(tmp_path) == []
+  assert trains_alone.job_note(str(tmp_path)) is None
+  assert "strategy watch (tensorflow/tensorflow#39753) is tested with TensorFlow" in caplog.text
+  assert not strategy_watch._strategy_originals  # Nothing was patched.

@@ -36,7 +36,7 @@ _originals = {}  # Model class -> its own fit
 def _tested(module_name: str) -> bool:
   if module_name == "tf_keras":
     return versions.check("tf_keras", tf_keras_internals.version(), tf_keras_internals.TESTED,
-                          "tfdist's fit callbacks", PATCHES["fit_callbacks"])
+                          "fit callbacks", PATCHES["fit_callbacks"])
   return keras_internals.unsupported_reason(keras_internals.keras_version(),
                                             "multi_worker") is None
 

@@ -171,8 +171,10 @@ def install() -> None:
 
   def tensorflow_loaded(module):
     from tfdist.internals import strategy_watch
-    _record("tensorflow")
-    strategy_watch.enable_strategy_watch(on_strategy)
+    # Only a watched task counts: unwatched, one that joined looks like one that never did
+    # (a false "trained alone" on a TensorFlow the watch is not applied to; it says so).
+    if strategy_watch.enable_strategy_watch(on_strategy):
+      _record("tensorflow")
 
   def keras_loaded(module):
     from tfdist.internals import strategy_watch
@@ -187,7 +189,7 @@ def install() -> None:
 def job_note(directory: str, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
   """For the launcher at the end: the line saying no two tasks joined (None if two did).
 
-  Silent when no task of the collective cluster imported TensorFlow.
+  Silent when no task of the collective cluster imported TensorFlow with its strategy watch on.
   """
   names = os.listdir(directory) if os.path.isdir(directory) else []
   joined = sorted(n.rsplit(".", 1)[0] for n in names if n.endswith(".joined"))
