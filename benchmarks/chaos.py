@@ -175,7 +175,10 @@ def run_job(mode, targets, kinds, total_steps, start):
       continue
     if line is None:  # This launcher ended.
       code = launch.process.wait()
-      time.sleep(1)  # Orphans, if any, would still be here.
+      # Orphans, if any, would still be here a second later; none: no need to wait it out.
+      deadline = time.monotonic() + 1
+      while (_pids_with(workdir) or any(map(_alive, servers))) and time.monotonic() < deadline:
+        time.sleep(0.05)
       left_over.append(len(_pids_with(workdir)) + sum(map(_alive, servers)))
       if result is not None and code == 0:
         break

@@ -146,7 +146,7 @@ def main(argv):
       "examples_seen_more_often": int(np.sum(np.maximum(0, counts - epochs))),
       "examples_seen_fewer_times": int(np.sum(np.maximum(0, epochs - counts))),
       "examples_trained": int(counts.sum())}
-  if mode == "mwms":
+  if mode == "mwms" and chief:  # Only the chief prints the result.
     single, _, _, single_step, single_optimizer = build(tf.distribute.get_strategy(),
                                                         counted=False)
     loop_lib.Loop(tf.distribute.get_strategy(), single, optimizer=single_optimizer,

@@ -5,8 +5,8 @@ Usage: python stall.py MODE MARKER_DIR
          MARKER_DIR/blocked exists (a restarted job goes through);
   slow:  worker 1's input sleeps 0.1 s a batch, and 4 s before its first batch
          (a first step slower than a short --stall_timeout);
-  slow_long: as slow, over the data 5 times (125 steps: long enough to be named
-         while it trains);
+  slow_long: worker 1's input sleeps 0.1 s a batch, over the data 5 times (125
+         steps: long enough to be named while it trains);
   heavy: worker 1's input computes for about 0.1 s a batch, in TensorFlow's own ops
          (no Python in the pipeline);
   plain: nothing in the input but the data (TF's profiler aborts now and then beside
@@ -40,7 +40,7 @@ def read(x):
       not os.path.exists(os.path.join(marker_dir, "blocked")):
     wait_forever()
   if mode.startswith("slow") and index == 1:
-    time.sleep(4.0 if batches[0] == 1 else 0.1)
+    time.sleep(4.0 if batches[0] == 1 and mode == "slow" else 0.1)
   return x
 
 
