@@ -12,14 +12,22 @@ BIN := $(VENV)/bin
 CHECKOV := $(VENV)/checkov
 CHECKOV_VERSION := 3.3.30
 
-.PHONY: compare test test-fast install slurm docs
+# The oldest supported TensorFlow (tfdist._stack.SUPPORTED), with its own tf_keras, in a
+# virtualenv of its own; `make test` runs the newest. tensorflow-metadata: the newest needs
+# a newer protobuf than TF 2.17 allows (docs/get-started/install.md).
+OLDEST := .venv-oldest
+OLDEST_STACK := tensorflow==2.17.1 tf-keras==2.17.0 tensorboard==2.17.1 tensorflow-metadata==1.17.3
+# What installing tfdist beside it must leave as it is.
+STACK_PACKAGES := ^(tensorflow|tensorflow-cpu|tf-keras|tf_keras|keras|tensorboard|protobuf|numpy)==
+
+.PHONY: compare test test-fast test-versions install slurm docs
 
 install: $(VENV)/.installed $(CHECKOV)/.installed
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[tensorflow,test]"
 	touch $@
 
 $(CHECKOV)/.installed: Makefile | $(VENV)/.installed
@@ -52,6 +60,26 @@ test: install slurm
 	  exit $$code
 	@start=$$(date +%s); $(BIN)/python -m pytest -m alone; \
 	  code=$$?; echo "phase 2 (alone): $$(( $$(date +%s) - start )) s of wall time"; exit $$code
+	@start=$$(date +%s); $(MAKE) --no-print-directory test-versions; \
+	  code=$$?; echo "phase 3 (TensorFlow 2.17, the oldest supported): $$(( $$(date +%s) - start )) s of wall time, its install included"; exit $$code
+
+# The version-sensitive tests (marked `versions`) on the oldest supported TensorFlow. Its
+# stack is installed first, as a user's image has it; installing tfdist beside it must
+# change none of it.
+test-versions: $(OLDEST)/.installed
+	$(OLDEST)/bin/python -m pytest -n 2 --dist loadfile -q -m "versions and not alone and not slurm"
+
+$(OLDEST)/.installed: setup.cfg pyproject.toml Makefile
+	rm -rf $(OLDEST)
+	$(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST)/bin/python -m pip install --quiet $(OLDEST_STACK)
+	$(OLDEST)/bin/python -m pip freeze | grep -E '$(STACK_PACKAGES)' > $(OLDEST)/stack-before.txt
+	$(OLDEST)/bin/python -m pip install --quiet -e ".[test]"
+	$(OLDEST)/bin/python -m pip freeze | grep -E '$(STACK_PACKAGES)' > $(OLDEST)/stack-after.txt
+	@diff $(OLDEST)/stack-before.txt $(OLDEST)/stack-after.txt || { \
+	  echo "installing tfdist beside TensorFlow 2.17 changed its stack (above)"; exit 1; }
+	touch $@
 
 # Before every commit: each module's unit tests, no clusters, notebooks or SLURM.
 test-fast: install

@@ -271,7 +271,7 @@ LAYERS = (
     ("_doctor", "training"),
     ("launch", "strategies", "data"),
     ("_keras_support", "devices", "placement", "cluster", "_folders", "progress", "_step_times"),
-    ("internals", "output", "_registry", "_choices"),
+    ("internals", "output", "_registry", "_choices", "_stack"),
 )
 
 

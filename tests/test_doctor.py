@@ -8,13 +8,16 @@ import pytest
 from tfdist import _doctor as doctor
 from tfdist.cluster import ClusterSpec
 
+# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+pytestmark = pytest.mark.versions
+
 
 def test_single_process_has_no_problems():
   report = doctor.diagnose({})
   assert not report.problems
   text = str(report)
   # Importing tfdist leaves tf.keras to the environment (here: unset, Keras 3).
-  assert "tf.keras is  keras3 (TF_USE_LEGACY_KERAS=)" in text
+  assert re.search(r"tf.keras is +keras3 \(TF_USE_LEGACY_KERAS=\)", text), text
   assert "logical   /device:CPU:0, /device:CPU:1" in text
   assert re.search(r"keras3   multi_worker_mirrored \(2\+ workers\) +works "
                    r"\(tfdist.internals.keras\); raw FAILS: .*keras-team/keras#20585", text)
@@ -105,3 +108,68 @@ def test_check_xla_fits_a_step_under_each_local_strategy():
   assert re.search(r"mirrored +refused before the first step \(measured\): mirrored: XLA "
                    r"compiles each replica's step for one device", text)
   assert "jit_compile=True (XLA) x strategy" not in str(doctor.diagnose({}))
+
+
+def test_the_stack_is_read_from_package_metadata_with_a_line_that_pins_it():
+  import importlib.metadata
+  import tensorflow as tf
+  text = str(doctor.diagnose({}))
+  tf_version = importlib.metadata.version("tensorflow")
+  assert tf.__version__.startswith(tf_version.split("rc")[0][:4])
+  assert re.search(rf"^  tensorflow +{re.escape(tf_version)} \(tensorflow\)$", text, re.M), text
+  assert re.search(r"^  tf_keras +2\.\d+", text, re.M) and re.search(r"^  keras +3\.", text, re.M)
+  pin = re.search(r"^  pin this stack +printf '%s\\n' (.*) > constraints.txt", text, re.M)
+  assert pin and f"tensorflow=={tf_version}" in pin.group(1).split(), text
+  # Every gated use of private code, each applied on the versions the suite runs.
+  patches = text.split("patches (")[1].split("\n\n")[0].splitlines()[1:]
+  assert len(patches) == 14 and all(" applies (" in line for line in patches), patches
+
+
+def test_a_patch_not_applied_here_is_a_problem_saying_what_is_lost(monkeypatch):
+  # Before: on TensorFlow 2.18 and 2.20 every patch logged that it was not applied, and
+  # `tfdist doctor` said "no problems found".
+  from tfdist.internals import gates
+  monkeypatch.setattr(gates, "installed",
+                      lambda: {"TensorFlow": (2, 16), "tf_keras": (2, 21), "Keras": (3, 10)})
+  report = doctor.diagnose({})
+  text = str(report)
+  assert re.search(r"strategy_watch\.strategy_watch +NOT APPLIED: `tfdist launch` cannot tell a "
+                   r"task that builds no multi-worker strategy", text), text
+  assert re.search(r"tf_keras\.input_replay +applies \(tf_keras 2\.21\)", text), text
+  lost = [p for p in report.problems if "is not applied to" in p]
+  # The 6 TensorFlow uses and the 6 Keras 3 ones; each problem names its use once.
+  assert len(lost) == 12, report.problems
+  assert any(p.startswith("tfdist's Keras 3 multi-worker workaround (keras-team/keras#20585) is "
+                          "tested with Keras 3.12 to 3.15 and is not applied to Keras 3.10: "
+                          "Keras 3 `fit` under multi_worker_mirrored") for p in lost), lost
+  assert all(p.count("tfdist's") == 1 for p in lost), lost
+
+
+def test_a_stack_that_cannot_work_is_named_with_its_fix(monkeypatch):
+  from tfdist import _stack
+  real = _stack.installed
+  monkeypatch.setattr(_stack, "installed",
+                      lambda name: "2.15.0" if name == "tf-keras" else real(name))
+  problems = doctor.diagnose({}).problems
+  assert any(p.startswith("tf_keras 2.15.0 is not the tf_keras of TensorFlow ") and
+             "pip install 'tf-keras==2." in p for p in problems), problems
+  monkeypatch.setattr(_stack, "tensorflow_distributions",
+                      lambda: [("tensorflow", "2.21.0"), ("tensorflow-cpu", "2.21.0")])
+  problems = doctor.diagnose({}).problems
+  assert any(p.startswith("2 TensorFlow distributions are installed over one package folder "
+                          "(tensorflow, tensorflow-cpu)") for p in problems), problems
+  monkeypatch.setattr(_stack, "tensorflow_distributions", lambda: [])
+  report = doctor.diagnose({})
+  assert any(p.startswith("tfdist needs TensorFlow 2.17 to 2.21, and none is installed: pip "
+                          "install 'tfdist[tensorflow]'") for p in report.problems), report.problems
+  assert "devices" not in [title for title, _ in report.sections]  # Those need TensorFlow.
+
+
+def test_tensorflow_datasets_that_does_not_import_is_a_problem_with_the_pin(monkeypatch):
+  import types
+  # As with TensorFlow 2.17 beside tensorflow-metadata 1.21: the import "works", `core` is gone.
+  monkeypatch.setitem(__import__("sys").modules, "tensorflow_datasets",
+                      types.ModuleType("tensorflow_datasets"))
+  problems = doctor.diagnose({}).problems
+  assert any("does not import: AttributeError" in p and
+             "pip install 'tensorflow-metadata<1.18' fixes it" in p for p in problems), problems

@@ -9,6 +9,9 @@ import helpers
 import tfdist
 from tfdist import _keras_support as keras_support
 
+# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+pytestmark = pytest.mark.versions
+
 KERAS_FIT = f"{helpers.SCRIPTS}/keras_fit.py"
 
 

@@ -40,3 +40,21 @@ def test_importing_tfdist_and_its_training_package_loads_no_tensorflow():
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60, check=True).stdout
   assert out.split() == ["False", "False"]
+
+
+def test_without_tensorflow_the_first_use_says_what_to_install():
+  # TensorFlow is the user's (setup.cfg): `import tfdist` works, the first use names the fix.
+  code = ("import sys; sys.modules['tensorflow'] = None; sys.modules['tf_keras'] = None\n"
+          "import tfdist\n"
+          "for name in ('make_strategy', 'keras'):\n"
+          "  try:\n"
+          "    getattr(tfdist, name)\n"
+          "  except ModuleNotFoundError as e:\n"
+          "    print(name, e.name, '|', e)\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, check=True).stdout.splitlines()
+  assert len(out) == 2, out
+  assert out[0].startswith("make_strategy tensorflow | tfdist needs TensorFlow 2.17 to 2.21, "
+                           "and none is installed: pip install 'tfdist[tensorflow]'"), out
+  assert out[1].startswith("keras tf_keras | tfdist.keras is tf_keras, which is not installed. "
+                           "Install the one of your TensorFlow's minor version"), out

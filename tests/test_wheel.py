@@ -39,6 +39,40 @@ def installed(tmp_path_factory):
     return target, archive.namelist()
 
 
+def test_the_wheel_requires_no_tensorflow_and_its_extras_bring_one(installed):
+  # Before: `tensorflow==2.21.*` and `tf-keras==2.21.*` were required, so pip replaced an
+  # image's TensorFlow, or installed the `tensorflow` wheel over `tensorflow-cpu`.
+  target, _ = installed
+  (metadata,) = target.glob("tfdist-*.dist-info/METADATA")
+  requires = [line.split(":", 1)[1].strip() for line in metadata.read_text().splitlines()
+              if line.startswith("Requires-Dist:")]
+  always = [r for r in requires if "extra ==" not in r]
+  stack = re.compile(r"^(tensorflow|tf-keras|keras|tensorboard|protobuf)\b")
+  assert always and not [r for r in always if stack.match(r)], always
+  extra = lambda name: [r.split(";")[0].replace(" ", "") for r in requires
+                        if f'extra == "{name}"' in r]
+  assert "tensorflow<2.22,>=2.17" in extra("tensorflow"), extra("tensorflow")
+  assert "tf-keras<2.22,>=2.17" in extra("tensorflow")
+  assert "tensorflow[and-cuda]<2.22,>=2.17" in extra("and-cuda"), extra("and-cuda")
+  assert any(r.startswith("tensorflow-datasets") for r in extra("tfds"))
+  assert any(r.startswith("ray") for r in extra("ray"))
+
+
+def test_the_sdist_builds_a_wheel_with_the_same_files(installed, tmp_path):
+  _, names = installed
+  subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir",
+                  str(tmp_path), helpers.REPO], check=True, capture_output=True, timeout=300)
+  (sdist,) = tmp_path.glob("tfdist-*.tar.gz")
+  target = tmp_path / "site"
+  subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                  "--no-build-isolation", "--target", str(target), str(sdist)], check=True,
+                 capture_output=True, timeout=300)
+  built = sorted(str(p.relative_to(target)) for p in (target / "tfdist").rglob("*")
+                 if p.is_file() and "__pycache__" not in p.parts)
+  assert built == sorted(n for n in names if n.startswith("tfdist/")), \
+      set(built) ^ {n for n in names if n.startswith("tfdist/")}
+
+
 def _env(target):
   return {**os.environ, "PYTHONPATH": str(target)}
 

@@ -61,7 +61,14 @@ def __getattr__(name):
   if name not in _EXPORTS:
     raise AttributeError(f"module 'tfdist' has no attribute {name!r}")
   module_name, attribute = _EXPORTS[name]
-  value = importlib.import_module(module_name)
+  try:
+    value = importlib.import_module(module_name)
+  except ModuleNotFoundError as e:
+    if e.name not in ("tensorflow", "tf_keras"):
+      raise
+    from tfdist import _stack  # pylint: disable=import-outside-toplevel
+    # TensorFlow is the user's (setup.cfg): name what to install, not only what is missing.
+    raise ModuleNotFoundError(_stack.missing(e.name), name=e.name) from e
   if attribute is not None:
     value = getattr(value, attribute)
   globals()[name] = value

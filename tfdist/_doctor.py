@@ -12,7 +12,10 @@ from typing import List, Mapping, Optional, Tuple
 
 from tfdist import cluster as cluster_lib
 from tfdist import _keras_support as keras_support
+from tfdist import _stack
 from tfdist.cluster import preflight
+from tfdist.internals import gates as gates_lib
+from tfdist.internals import versions as versions_lib
 
 
 @dataclasses.dataclass
@@ -32,24 +35,99 @@ class Report:
     return "\n".join(lines)
 
 
-def _versions() -> List[Tuple[str, str]]:
-  import tensorflow as tf
-  import tf_keras
+def _supported(version: str, library: str) -> str:
+  reason = _stack.outside(library, version)
+  return version if reason is None else f"{version} (UNSUPPORTED: {reason})"
+
+
+def _stack_rows(report: Report) -> List[Tuple[str, str]]:
+  """The installed stack from package metadata, its problems, and the line that pins it."""
   import tfdist
-  rows = [("python", platform.python_version()), ("tfdist", tfdist.__version__),
-          ("tensorflow", tf.__version__), ("tf_keras", tf_keras.__version__)]
+  rows = [("python", platform.python_version()), ("tfdist", tfdist.__version__)]
+  python = tuple(int(p) for p in platform.python_version_tuple()[:2])
+  if not _stack.PYTHON[0] <= python <= _stack.PYTHON[1]:
+    report.problems.append(f"Python {platform.python_version()} is outside what tfdist "
+                           "supports (3.10 to 3.13).")
+  found = _stack.tensorflow_distributions()
+  if not found:
+    rows.append(("tensorflow", "not installed"))
+    report.problems.append(_stack.missing("tensorflow"))
+  for name, version in found:
+    untested = " (a nightly: accepted, untested)" if name in _stack.NIGHTLIES else ""
+    rows.append(("tensorflow", f"{_supported(version, 'tensorflow')} ({name}){untested}"))
+    if _stack.outside("tensorflow", version) and not untested:
+      report.problems.append(f"{_stack.outside('tensorflow', version)}: tfdist's patches for "
+                             "it are not applied (see `patches` above).")
+  if len(found) > 1:
+    report.problems.append(
+        f"{len(found)} TensorFlow distributions are installed over one package folder "
+        f"({', '.join(n for n, _ in found)}): each overwrote the other's files. Uninstall all "
+        "and install one (a requirement on `tensorflow` beside `tensorflow-cpu` does this).")
+  tf_keras = _stack.installed("tf-keras")
+  rows.append(("tf_keras", "not installed (Keras 3 only)" if tf_keras is None
+               else _supported(tf_keras, "tf_keras")))
+  if tf_keras is not None and found:
+    tf_minor = versions_lib.parse(found[0][1])
+    if versions_lib.parse(tf_keras) != tf_minor:
+      report.problems.append(
+          f"tf_keras {tf_keras} is not the tf_keras of TensorFlow {found[0][1]}: tf_keras "
+          f"follows its TensorFlow's minor version (pip install 'tf-keras=="
+          f"{tf_minor[0]}.{tf_minor[1]}.*'; none is released for some TensorFlows: use "
+          "Keras 3 there).")
+  keras = _stack.installed("keras") or _stack.installed("keras-nightly")
+  rows.append(("keras", "not installed" if keras is None else _supported(keras, "keras")))
+  rows.append(("tf.keras is", _tf_keras_is()))
+  rows.append(("tensorboard", _stack.installed("tensorboard") or
+               "not installed (Keras's TensorBoard callback, --tensorboard_dir, needs it)"))
+  rows.append(("tensorflow-datasets", _tfds(report)))
+  rows.append(("pin this stack", "printf '%s\\n' " + " ".join(_stack.constraints())
+               + " > constraints.txt; pip install -c constraints.txt ..."))
+  return rows
+
+
+def _tfds(report: Report) -> str:
+  """TensorFlow Datasets' version, and whether it imports (it fails on protobuf mismatches)."""
+  version = _stack.installed("tensorflow-datasets")
+  if version is None:
+    return "not installed (real TFDS files: pip install 'tfdist[tfds]')"
   try:
-    import keras
-    rows.append(("keras", keras.__version__))
-  except ImportError:
-    rows.append(("keras", "not installed"))
+    import tensorflow_datasets as tfds
+    tfds.core  # pylint: disable=pointless-statement  A broken install fails here, not at import.
+  except Exception as e:  # pylint: disable=broad-except  Reported, not raised.
+    cause = e.__cause__ or e.__context__ or e
+    report.problems.append(
+        f"tensorflow_datasets {version} does not import: {type(cause).__name__}: "
+        f"{str(cause).splitlines()[0] if str(cause) else ''}. With an older TensorFlow, its "
+        "tensorflow-metadata can need a newer protobuf than that TensorFlow allows: pip install "
+        f"'tensorflow-metadata<1.18' fixes it (installed: tensorflow-metadata "
+        f"{_stack.installed('tensorflow-metadata')}, protobuf {_stack.installed('protobuf')}).")
+    return f"{version} (DOES NOT IMPORT)"
+  return version
+
+
+def _patches(report: Report) -> List[Tuple[str, str]]:
+  """Each of tfdist's gated uses of private code: applied here, or what is lost and why."""
+  libraries = gates_lib.installed()
+  rows = []
+  for name, gate, reason in gates_lib.report(libraries):
+    if libraries.get(gate.library) is None:
+      rows.append((name, f"n/a: {gate.library} is not installed"))
+    elif reason is None:
+      rows.append((name, f"applies ({gate.library} {'.'.join(map(str, libraries[gate.library]))})"))
+    else:
+      rows.append((name, f"NOT APPLIED: {gate.without}"))
+      report.problems.append(f"{reason}: {gate.without}.")
+  return rows
+
+
+def _tf_keras_is() -> str:
+  """What `tf.keras` is, or will resolve to, in this process."""
   flavour = keras_support.tf_keras_flavour()
   if flavour is None:  # Not loaded yet: say what it will resolve to.
     legacy = os.environ.get(keras_support.LEGACY_KERAS_ENV, "") in ("1", "true", "True")
     flavour = (f"{keras_support.TF_KERAS if legacy else keras_support.KERAS3} "
                f"({keras_support.LEGACY_KERAS_ENV}={os.environ.get(keras_support.LEGACY_KERAS_ENV, '')!s})")
-  rows.append(("tf.keras is", flavour))
-  return rows
+  return flavour
 
 
 def _devices() -> List[Tuple[str, str]]:
@@ -135,7 +213,11 @@ def diagnose(environ: Optional[Mapping[str, str]] = None, *,
   """
   environ = os.environ if environ is None else environ
   report = Report()
-  report.sections.append(("versions", _versions()))
+  report.sections.append(("stack (tfdist supports TensorFlow 2.17 to 2.21)", _stack_rows(report)))
+  report.sections.append(("patches (tfdist.internals: each gated on the versions it was run "
+                          "with)", _patches(report)))
+  if not _stack.tensorflow_distributions():
+    return report  # The rest needs TensorFlow.
   report.sections.append(("devices", _devices()))
   report.sections.append(("keras x strategy (fit; documented, `--check_keras` measures)",
                           _matrix()))

@@ -9,6 +9,9 @@ import pytest
 import helpers
 from tfdist.internals import fit_callbacks
 
+# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+pytestmark = pytest.mark.versions
+
 
 @pytest.fixture
 def seen():
@@ -81,8 +84,10 @@ def test_a_launched_tasks_fit_logs_its_status_with_the_loss_under_both_kerases(
 
 def test_an_untested_tf_keras_is_named_once_in_the_line_that_says_so(monkeypatch, caplog):
   # Before: "tfdist's tfdist's fit callbacks ... is not applied".
-  from tfdist.internals import tf_keras as tf_keras_internals
-  monkeypatch.setattr(tf_keras_internals, "TESTED", ((9, 0), (9, 0)))
+  import dataclasses
+  gate = fit_callbacks.GATES["fit_callbacks"]
+  monkeypatch.setitem(fit_callbacks.GATES, "fit_callbacks",
+                      dataclasses.replace(gate, tested=((9, 0), (9, 0))))
   caplog.set_level("WARNING", logger="tfdist")
   assert not fit_callbacks._tested("tf_keras")
   (line,) = [r.getMessage() for r in caplog.records if r.name == "tfdist"]

@@ -11,6 +11,9 @@ import pytest
 import helpers
 from tfdist.internals import keras as keras_internals
 
+# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+pytestmark = pytest.mark.versions
+
 KERAS_FIT = f"{helpers.SCRIPTS}/keras_fit.py"
 
 

@@ -8,8 +8,12 @@ import os
 
 import keras
 import numpy as np
+import pytest
 
 from tfdist.internals import keras_callbacks
+
+# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+pytestmark = pytest.mark.versions
 
 
 def test_enabled_in_one_process_it_leaves_keras_behaviour_and_the_undo_restores_keras(tmp_path):

@@ -1,10 +1,14 @@
 """tfdist.internals.strategy_watch: which strategy a task builds, and which one `fit` runs under."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tf_keras
 
 from tfdist.internals import strategy_watch
+
+# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+pytestmark = pytest.mark.versions
 
 
 def test_the_strategy_watch_sees_every_strategy_built_until_undone():

@@ -11,6 +11,9 @@ import tfdist
 from tfdist.internals import tensorflow as tf_internals
 from tfdist.launch import private_network
 
+# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+pytestmark = pytest.mark.versions
+
 
 def test_the_installed_tensorflow_is_one_tfdist_was_tested_with():
   low, high = tf_internals.TESTED

@@ -2,7 +2,12 @@
 
 import logging
 
+import pytest
+
 from tfdist.internals import versions
+
+# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+pytestmark = pytest.mark.versions
 
 
 def test_versions_parse_to_major_and_minor():

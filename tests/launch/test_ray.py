@@ -19,7 +19,7 @@ import pytest
 import helpers
 from tfdist import launch
 
-ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'tfdist[ray]'")
+ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install '.[ray]'")
 import ray_cluster  # pylint: disable=wrong-import-position
 
 SCRIPT = os.path.join(helpers.SCRIPTS, "ray_fit.py")
@@ -368,7 +368,7 @@ def test_no_address_and_no_ray_are_one_line_errors():
                                       sys.executable, "-c", "pass"), timeout=120)
   assert result.returncode == 2, result.stdout
   assert result.stdout.strip().splitlines()[-1].startswith(
-      "tfdist launch: --ray needs Ray: pip install 'tfdist[ray]'")
+      "tfdist launch: --ray needs Ray: pip install 'ray>=2.60' (tfdist's `ray` extra)")
 
 
 @pytest.mark.slow

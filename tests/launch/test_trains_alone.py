@@ -11,6 +11,9 @@ from tfdist import cluster as cluster_lib
 from tfdist.launch import _local as local
 from tfdist.launch import _trains_alone as trains_alone
 
+# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+pytestmark = pytest.mark.versions
+
 SCRIPT = f"{helpers.SCRIPTS}/user/trains_alone.py"
 
 
@@ -119,8 +122,11 @@ def test_a_task_whose_strategy_watch_is_off_leaves_nothing_to_raise_a_false_alar
   # Before: on a TensorFlow the watch is not applied to, every task still recorded that it
   # imported TensorFlow, none could record joining, and a correct 2-worker job ended with
   # "No two tasks ever joined a collective" (exit 1 with --trains_alone=error).
+  import dataclasses
   from tfdist.internals import strategy_watch
-  monkeypatch.setattr(strategy_watch, "TESTED", ((9, 0), (9, 0)))  # As on an untested version.
+  gate = strategy_watch.GATES["strategy_watch"]  # As on a version it was not run with:
+  monkeypatch.setitem(strategy_watch.GATES, "strategy_watch",
+                      dataclasses.replace(gate, tested=((9, 0), (9, 0))))
   monkeypatch.setenv(trains_alone.JOINED_DIR_ENV, str(tmp_path))
   trains_alone.install()  # TensorFlow is imported: its hook runs at once.
   assert os.listdir(tmp_path) == []

@@ -87,7 +87,7 @@ _DATA_WORK_DIR = flags.DEFINE_string(
 _RAY = flags.DEFINE_string(
     "ray", None, "Run every task on a Ray cluster: --ray=ADDRESS (its head's host:port, or "
     "auto), --ray alone for RAY_ADDRESS, --ray=local to start one here for this job. Needs "
-    "pip install 'tfdist[ray]'.")
+    "pip install 'ray>=2.60' (tfdist's `ray` extra).")
 _RAY_CPUS = flags.DEFINE_float("ray_cpus_per_task", 1.0, "--ray: CPUs each task reserves "
                                "(workers and the chief also get a GPU where the cluster has "
                                "them).", lower_bound=0.001)

@@ -26,6 +26,10 @@ from tfdist.internals import versions
 logger = logging.getLogger("tfdist")
 
 PATCHES = {"fit_callbacks": "tensorflow/tensorflow#35878"}
+# tf_keras's; Keras 3's `fit` is wrapped where its multi-worker workaround applies.
+GATES = {"fit_callbacks": versions.Gate(
+    "fit callbacks", "tf_keras", tf_keras_internals.TESTED, PATCHES["fit_callbacks"],
+    "a launched task's tf_keras `fit` reports no steps: no stall watchdog, no status lines")}
 MakeCallbacks = Callable[[type], List[object]]
 # The packages whose `Model.fit` gets the callbacks.
 KERAS_MODULES = ("tf_keras", "keras")
@@ -35,8 +39,7 @@ _originals = {}  # Model class -> its own fit
 
 def _tested(module_name: str) -> bool:
   if module_name == "tf_keras":
-    return versions.check("tf_keras", tf_keras_internals.version(), tf_keras_internals.TESTED,
-                          "fit callbacks", PATCHES["fit_callbacks"])
+    return GATES["fit_callbacks"].check(tf_keras_internals.version())
   return keras_internals.unsupported_reason(keras_internals.keras_version(),
                                             "multi_worker") is None
 

@@ -77,6 +77,20 @@ PATCHES = {
 }
 # Patches written against one Keras's own code, tested with it alone.
 _TESTED_FOR = {"input_replay": ((3, 15), (3, 15)), "local_updates": ((3, 15), (3, 15))}
+_WITHOUT = {
+    "multi_worker": "Keras 3 `fit` under multi_worker_mirrored with 2 or more workers is "
+                    "refused before its first step (Keras itself fails there); tf_keras trains",
+    "atomic_assign_add": "Keras 3 under parameter servers (tfdist.training.loop) can lose "
+                         "concurrent updates of a counter",
+    "sharded_checkpoints": "a Keras 3 checkpoint of variables sharded over ps tasks fails",
+    "input_replay": "a resumed Keras 3 `fit` reads the interrupted epoch again from its start",
+    "local_updates": "local SGD and DiLoCo refuse a Keras 3 optimizer",
+}
+# Patch -> its gate (`tfdist doctor` reports each).
+GATES = {patch: versions.Gate(
+    {"multi_worker": "Keras 3 multi-worker workaround"}.get(patch, f"Keras 3 {patch} patch"),
+    "Keras", _TESTED_FOR.get(patch, TESTED), issue, _WITHOUT[patch])
+         for patch, issue in PATCHES.items()}
 # The module whose import `tfdist launch`'s task site waits for, to enable_multi_worker().
 TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
 
@@ -103,9 +117,7 @@ def unsupported_reason(version: Optional[Tuple[int, int]] = None,
   version = version if version is not None else keras_version()
   if version is None:
     return "Keras 3 is not installed"
-  what = {"multi_worker": "Keras 3 multi-worker workaround"}.get(patch, f"Keras 3 {patch} patch")
-  return versions.untested_reason("Keras", version, _TESTED_FOR.get(patch, TESTED), what,
-                                  PATCHES[patch])
+  return GATES[patch].reason(version)
 
 
 def _may_patch(patch: str) -> bool:

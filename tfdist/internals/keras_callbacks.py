@@ -40,6 +40,10 @@ logger = logging.getLogger("tfdist")
 # Keras 3.15's callbacks' code is what these patches were written against.
 TESTED = ((3, 15), (3, 15))
 PATCHES = {"chief_writes": "keras-team/keras#20585"}
+GATES = {"chief_writes": versions.Gate(
+    "Keras 3 chief-only callback writes", "Keras", TESTED, PATCHES["chief_writes"],
+    "Keras 3's BackupAndRestore, ModelCheckpoint and TensorBoard write from every worker of a "
+    "multi-worker fit (FileExistsError, or an HDF5 lock)")}
 # The module whose import `tfdist launch`'s task site waits for: it defines all three classes.
 CALLBACKS_MODULE = "keras.src.callbacks"
 
@@ -78,8 +82,7 @@ def enable_chief_writes(on_restore: Optional[Callable[[object, int, int], None]]
   if _originals:
     return True
   version = keras_internals.keras_version()
-  if version is None or not versions.check("Keras", version, TESTED, "Keras 3 chief-only callback "
-                                           "writes", PATCHES["chief_writes"]):
+  if version is None or not GATES["chief_writes"].check(version):
     return False
   from keras.src import callbacks
   _patch_backup(callbacks.BackupAndRestore, on_restore)

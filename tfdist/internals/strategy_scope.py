@@ -17,6 +17,10 @@ from tfdist.internals import tensorflow as tf_internals
 from tfdist.internals import versions
 
 PATCHES = {"checked_scope": "tensorflow/tensorflow#47203"}
+GATES = {"checked_scope": versions.Gate(
+    "variable check across workers", "TensorFlow", tf_internals.TESTED, PATCHES["checked_scope"],
+    "workers that build different models are not compared: they fail in TensorFlow's "
+    "collectives with words naming neither the variable nor the task")}
 _originals = {}  # class -> its scope
 
 
@@ -26,8 +30,7 @@ def enable_checked_scope(make: Callable[[object], object]) -> bool:
   cls = tf.distribute.MultiWorkerMirroredStrategy
   if cls in _originals:
     return True
-  if not versions.check("TensorFlow", tf_internals.version(), tf_internals.TESTED,
-                        "variable check across workers", PATCHES["checked_scope"]):
+  if not GATES["checked_scope"].check(tf_internals.version()):
     return False
   original = cls.scope
 

@@ -23,9 +23,18 @@ from typing import Callable
 
 from tfdist.internals import versions
 
-TESTED = ((2, 21), (2, 21))
+TESTED = ((2, 17), (2, 21))
 PATCHES = {"strategy_watch": "tensorflow/tensorflow#39753",
            "fit_watch": "tensorflow/tensorflow#39753"}
+GATES = {
+    "strategy_watch": versions.Gate(
+        "strategy watch", "TensorFlow", TESTED, PATCHES["strategy_watch"],
+        "`tfdist launch` cannot tell a task that builds no multi-worker strategy (it trains "
+        "alone), and says nothing of it"),
+    "fit_watch": versions.Gate(
+        "fit watch", "TensorFlow", TESTED, PATCHES["fit_watch"],
+        "`tfdist launch` cannot tell a task whose fit runs under no multi-worker strategy"),
+}
 
 # The modules that define Keras 3's and tf_keras's `Model`, for a watch that waits for their import.
 MODEL_MODULES = ("keras.src.models.model", "tf_keras.src.engine.training")
@@ -34,10 +43,10 @@ _strategy_originals = {}  # tf.distribute.Strategy -> its own __init__.
 _fit_originals = {}  # model class -> its own `fit` in its __dict__, or None (inherited).
 
 
-def _may_patch(what: str) -> bool:
+def _may_patch(patch: str) -> bool:
   tf = sys.modules.get("tensorflow")
   installed = versions.parse(tf.__version__) if tf is not None else None
-  return versions.check("TensorFlow", installed, TESTED, what, PATCHES["strategy_watch"])
+  return GATES[patch].check(installed)
 
 
 def enable_strategy_watch(callback: Callable[[object], None]) -> bool:
@@ -49,7 +58,7 @@ def enable_strategy_watch(callback: Callable[[object], None]) -> bool:
   """
   if _strategy_originals:
     return True
-  if not _may_patch("strategy watch"):
+  if not _may_patch("strategy_watch"):
     return False
   import tensorflow as tf
   cls = tf.distribute.Strategy
@@ -80,7 +89,7 @@ def enable_fit_watch(model_class, callback: Callable[[object], None]) -> bool:
   """
   if model_class in _fit_originals:
     return True
-  if not _may_patch("fit watch"):
+  if not _may_patch("fit_watch"):
     return False
   inherited = model_class.fit
 

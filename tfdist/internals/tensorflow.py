@@ -1,6 +1,6 @@
 """TensorFlow's private code that tfdist uses, in one place.
 
-Tested with TensorFlow 2.21 (`TESTED`); setup.cfg pins that series. What each
+Run with TensorFlow 2.17 and 2.21, the oldest and newest supported (`TESTED`). What each
 use needs, and the public issue behind it, is in docs/known_issues.md.
 """
 
@@ -12,7 +12,7 @@ from typing import Iterator, Optional, Sequence, Tuple
 
 from tfdist.internals import versions
 
-TESTED = ((2, 21), (2, 21))
+TESTED = ((2, 17), (2, 21))
 
 # Patch -> the public issue it works around.
 PATCHES = {
@@ -20,6 +20,16 @@ PATCHES = {
     # logical CPUs; several devices per worker are asked for in
     # tensorflow/tensorflow#49014.
     "logical_cpu_replicas": "tensorflow/tensorflow#49014",
+}
+GATES = {
+    "logical_cpu_replicas": versions.Gate(
+        "logical CPU replicas", "TensorFlow", TESTED, PATCHES["logical_cpu_replicas"],
+        "multi_worker_mirrored with devices_per_worker above 1 refuses"),
+    "key_value_store": versions.Gate(
+        "use of the coordination service's key-value store", "TensorFlow", TESTED,
+        "no public API; TF's PreemptionCheckpointHandler uses it",
+        "no straggler is named in pods while the job trains, and workers are not compared "
+        "before training"),
 }
 
 
@@ -40,8 +50,7 @@ def logical_cpu_replicas(count: int) -> Iterator[bool]:
   (False, with a warning, on an untested TensorFlow).
   """
   import tensorflow as tf
-  if not versions.check("TensorFlow", versions.parse(tf.__version__), TESTED,
-                        "logical CPU replicas", PATCHES["logical_cpu_replicas"]):
+  if not GATES["logical_cpu_replicas"].check(versions.parse(tf.__version__)):
     yield False
     return
   from tensorflow.python.distribute import collective_all_reduce_strategy as collective
@@ -221,9 +230,7 @@ def _coordination_context():
 @functools.lru_cache(maxsize=None)
 def _store_tested(installed: Optional[versions.Version]) -> bool:
   """Whether the store's use is tested with `installed` (a warning once, if not)."""
-  return versions.check("TensorFlow", installed, TESTED, "use of the coordination service's "
-                        "key-value store", "no public API; TF's PreemptionCheckpointHandler "
-                        "uses it")
+  return GATES["key_value_store"].check(installed)
 
 
 def coordination_service_up() -> bool:

@@ -1,6 +1,6 @@
 """tf_keras's private code that tfdist uses, in one place.
 
-Tested with tf_keras 2.21 (`TESTED`); setup.cfg pins that series. These read
+Run with tf_keras 2.17 and 2.21, the oldest and newest supported (`TESTED`). These read
 or call tf_keras code; one, `enable_input_replay`, replaces a method of one
 running `fit`'s data handler, undone by `disable_input_replay` (`PATCHES`).
 docs/known_issues.md tells why.
@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Tuple
 from tfdist.internals import frames
 from tfdist.internals import versions
 
-TESTED = ((2, 21), (2, 21))
+TESTED = ((2, 17), (2, 21))
 
 
 def version() -> Optional[versions.Version]:
@@ -74,6 +74,10 @@ def never_fetch_logs(callback) -> None:
 # epoch's order from the dataset's seed) and reads past the batches trained on.
 
 PATCHES = {"input_replay": "tensorflow/tensorflow#56372"}
+GATES = {"input_replay": versions.Gate(
+    "exact resume of fit's input", "tf_keras", TESTED, PATCHES["input_replay"],
+    "a resumed tf_keras `fit` reads the interrupted epoch again from its start, in the first "
+    "epoch's order")}
 _replaying = weakref.WeakSet()  # The DataHandlers whose enumerate_epochs is replaced.
 
 
@@ -88,8 +92,7 @@ def enable_input_replay(skip: Callable[[Any, int], Any]) -> Optional[Any]:
     was replaced (an untested tf_keras, or no DataHandler, as under
     ParameterServerStrategy's DatasetCreator).
   """
-  if not versions.check("tf_keras", version(), TESTED, "exact resume of fit's input",
-                        PATCHES["input_replay"]):
+  if not GATES["input_replay"].check(version()):
     return None
   import tf_keras
   handler = frames.running_local(tf_keras.Model.fit, "data_handler")

@@ -1,5 +1,6 @@
 """Which versions of a library a use of its private code was tested with."""
 
+import dataclasses
 import logging
 import re
 from typing import Optional, Tuple
@@ -34,3 +35,32 @@ def check(library: str, installed: Optional[Version], tested: Tuple[Version, Ver
   if reason and installed is not None:
     logger.warning(reason)
   return reason is None
+
+
+@dataclasses.dataclass(frozen=True)
+class Gate:
+  """One use of a library's private code, and the versions it was run with.
+
+  `tfdist.internals.gates.gates()` lists every one; `tfdist doctor` reports each on the
+  installed versions.
+
+  Attributes:
+    what: what the use is, as its warning names it ("strategy watch").
+    library: "TensorFlow", "tf_keras" or "Keras" (Keras 3).
+    tested: the inclusive (major, minor) range it was run with.
+    issue: the public issue it works around.
+    without: what a user loses where it is not applied.
+  """
+  what: str
+  library: str
+  tested: Tuple[Version, Version]
+  issue: str
+  without: str
+
+  def reason(self, installed: Optional[Version]) -> Optional[str]:
+    """Why it is not applied to `installed`, or None."""
+    return untested_reason(self.library, installed, self.tested, self.what, self.issue)
+
+  def check(self, installed: Optional[Version]) -> bool:
+    """Whether it may run on `installed`; if not, logs why (a warning)."""
+    return check(self.library, installed, self.tested, self.what, self.issue)

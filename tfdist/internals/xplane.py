@@ -15,13 +15,15 @@ from tfdist.internals import tensorflow as tf_internals
 from tfdist.internals import versions
 
 ISSUE = "tensorflow/tensorflow#49852"
+GATES = {"profile_summary": versions.Gate(
+    "profile summary", "TensorFlow", tf_internals.TESTED, ISSUE,
+    "`tfdist launch --profile` writes each task's trace, without the per-task summary")}
 
 
 def host_events(path: str) -> Optional[Dict[str, Tuple[float, int]]]:
   """{event name: (total milliseconds, count)} of the trace's host CPU plane; None if untested."""
   import tensorflow  # pylint: disable=unused-import  The proto's module comes with it.
-  if not versions.check("TensorFlow", tf_internals.version(), tf_internals.TESTED,
-                        "profile summary", ISSUE):
+  if not GATES["profile_summary"].check(tf_internals.version()):
     return None
   from tensorflow.tsl.profiler.protobuf import xplane_pb2
   space = xplane_pb2.XSpace()

@@ -102,7 +102,7 @@ def import_ray():
     import ray  # pylint: disable=import-outside-toplevel  An optional dependency.
   except ImportError as e:
     raise RayUnavailable(
-        "--ray needs Ray: pip install 'tfdist[ray]' (or 'ray>=2.60') on this machine and "
+        "--ray needs Ray: pip install 'ray>=2.60' (tfdist's `ray` extra) on this machine and "
         f"on every node of the cluster. Received: {type(e).__name__}: {e}") from e
   return ray
 

@@ -1,0 +1,104 @@
+"""The TensorFlow stack installed here, read from package metadata: imports none of it.
+
+tfdist leaves TensorFlow to the user, as Keras and TensorFlow Datasets do: a
+container's or cloud image's `tensorflow`, `tensorflow-cpu` or
+`tensorflow[and-cuda]` stays as it is (docs/get-started/install.md). This module
+says which one is installed, whether its versions are in the ranges tfdist
+supports (`SUPPORTED`, run by `make test-versions` on the oldest and the
+newest), and what to pin (`constraints`).
+
+Example:
+
+    >>> from tfdist import _stack
+    >>> _stack.tensorflow_distributions()
+    [('tensorflow', '2.21.0')]
+"""
+
+import importlib.metadata
+import importlib.util
+import sys
+from typing import Dict, List, Optional, Tuple
+
+from tfdist.internals import versions
+
+Version = versions.Version
+
+# Inclusive (major, minor) ranges tfdist supports: the oldest and the newest are run by
+# `make test-versions` (Keras 3: the versions its patches were run with).
+SUPPORTED: Dict[str, Tuple[Version, Version]] = {
+    "tensorflow": ((2, 17), (2, 21)),
+    "tf_keras": ((2, 17), (2, 21)),
+    "keras": ((3, 12), (3, 15)),
+}
+PYTHON = ((3, 10), (3, 13))
+# Distributions that install the `tensorflow` package. The nightlies are accepted, untested.
+TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-intel",
+                            "tensorflow-macos", "tf-nightly", "tf-nightly-cpu")
+NIGHTLIES = ("tf-nightly", "tf-nightly-cpu")
+# What `tensorflow[and-cuda]` adds: NVIDIA's CUDA libraries as packages.
+_AND_CUDA_MARKER = "nvidia-cudnn-cu12"
+# The stack's distributions, in the order a constraints file lists them.
+STACK = TENSORFLOW_DISTRIBUTIONS + ("tf-keras", "keras", "keras-nightly", "tensorboard",
+                                    "tensorflow-datasets", "tensorflow-metadata", "protobuf",
+                                    "numpy")
+INSTALL = ("pip install 'tfdist[tensorflow]' (or 'tfdist[and-cuda]' for NVIDIA GPUs; a "
+           "`tensorflow-cpu` you install yourself is used as it is)")
+
+
+def installed(distribution: str) -> Optional[str]:
+  """The installed version of `distribution` (a pip name), or None."""
+  try:
+    return importlib.metadata.version(distribution)
+  except importlib.metadata.PackageNotFoundError:
+    return None
+
+
+def tensorflow_distributions() -> List[Tuple[str, str]]:
+  """[(distribution, version)] of each installed distribution of the `tensorflow` package.
+
+  `tensorflow[and-cuda]` shows as "tensorflow[and-cuda]". More than one means they
+  overwrote each other's files (`tensorflow` installed over `tensorflow-cpu`).
+  """
+  found = []
+  for name in TENSORFLOW_DISTRIBUTIONS:
+    version = installed(name)
+    if version is None:
+      continue
+    if name == "tensorflow" and installed(_AND_CUDA_MARKER) is not None:
+      name = "tensorflow[and-cuda]"
+    found.append((name, version))
+  return found
+
+
+def outside(library: str, version: str) -> Optional[str]:
+  """Why `version` of `library` ("tensorflow", "tf_keras", "keras") is not supported, or None."""
+  low, high = SUPPORTED[library]
+  if low <= versions.parse(version) <= high:
+    return None
+  return (f"{library} {version} is outside what tfdist supports ({low[0]}.{low[1]} to "
+          f"{high[0]}.{high[1]})")
+
+
+def missing(module: str) -> str:
+  """The error for a `tensorflow` or `tf_keras` that is not installed, with the fix."""
+  if module == "tf_keras":
+    tf = tensorflow_distributions()
+    minor = ".".join(tf[0][1].split(".")[:2]) if tf else "2.21"
+    return ("tfdist.keras is tf_keras, which is not installed. Install the one of your "
+            f"TensorFlow's minor version: pip install 'tf-keras=={minor}.*' (add --no-deps "
+            "beside tensorflow-cpu: tf-keras requires the `tensorflow` distribution), or use "
+            "Keras 3 (`import keras`; `--keras=keras3`). Received: no module named 'tf_keras'")
+  low, high = SUPPORTED["tensorflow"]
+  return (f"tfdist needs TensorFlow {low[0]}.{low[1]} to {high[0]}.{high[1]}, and none is "
+          f"installed: {INSTALL}. Received: no module named {module!r}")
+
+
+def importable(module: str) -> bool:
+  """Whether `module` can be imported (found, not imported)."""
+  return module in sys.modules or importlib.util.find_spec(module) is not None
+
+
+def constraints() -> List[str]:
+  """`name==version` of each installed distribution of the stack: a `pip install -c` file."""
+  return [f"{name}=={version}" for name in STACK
+          for version in [installed(name)] if version is not None]
