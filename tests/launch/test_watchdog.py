@@ -215,6 +215,7 @@ def test_a_worker_that_hangs_while_building_its_model_is_named_in_start_up_with_
 
 
 @pytest.mark.slow
+@pytest.mark.versions
 def test_a_slow_but_moving_worker_gets_no_alarm_and_is_named_the_input_bound_straggler(tmp_path):
   result = helpers.run(helpers.tfdist_cli(
       "launch", "--workers=2", "--stall_timeout=3", "--",
