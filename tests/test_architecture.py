@@ -5,7 +5,9 @@ functions too.
 """
 
 import ast
+import glob
 import os
+import re
 
 import helpers
 
@@ -271,7 +273,7 @@ LAYERS = (
     ("_doctor", "training"),
     ("launch", "strategies", "data"),
     ("_keras_support", "devices", "placement", "cluster", "_folders", "progress", "_step_times"),
-    ("internals", "output", "_registry", "_choices", "_stack"),
+    ("internals", "output", "_registry", "_choices", "_stack", "_variables"),
 )
 
 
@@ -380,3 +382,29 @@ def test_a_module_is_public_or_visibly_private():
     unmarked.append(info.name)
   assert not unmarked, (f"modules neither in their package's __all__ nor named with a leading "
                         f"underscore (docs/architecture.md, Public and private): {unmarked}")
+
+
+# --- environment variables -----------------------------------------------------------
+
+
+def test_every_tfdist_variable_is_declared_once_and_listed_in_the_architecture_page():
+  from tfdist import _variables  # pylint: disable=import-outside-toplevel
+  names = [v.name for v in _variables.VARIABLES]
+  assert len(names) == len(set(names)), names
+  outside = []
+  for path in glob.glob(os.path.join(helpers.REPO, "tfdist", "**", "*.py"), recursive=True):
+    if path.endswith(os.path.join("tfdist", "_variables.py")):
+      continue
+    with open(path) as f:
+      tree = ast.parse(f.read())
+    outside += [f"{os.path.relpath(path, helpers.REPO)}:{node.lineno}: {node.value}"
+                for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                and isinstance(node.value, str) and re.fullmatch(r"TFDIST_[A-Z_]+", node.value)]
+  assert not outside, f"declare it in tfdist/_variables.py and use its constant: {outside}"
+  with open(os.path.join(helpers.REPO, "docs", "architecture.md")) as f:
+    page = f.read()
+  for v in _variables.VARIABLES:
+    row = f"| `{v.name}` | {v.set_by} | `{v.read_by}` | {v.meaning} |"
+    assert row in page, f"docs/architecture.md's row for {v.name} should read: {row}"
+  listed = re.findall(r"^\| `(TFDIST_[A-Z_]+)` \|", page, re.M)
+  assert sorted(listed) == sorted(names), set(listed) ^ set(names)

@@ -173,3 +173,16 @@ def test_tensorflow_datasets_that_does_not_import_is_a_problem_with_the_pin(monk
   problems = doctor.diagnose({}).problems
   assert any("does not import: AttributeError" in p and
              "pip install 'tensorflow-metadata<1.18' fixes it" in p for p in problems), problems
+
+
+def test_a_keras_cell_that_rests_on_a_patch_not_applied_here_does_not_say_it_works(monkeypatch):
+  # Before: on Keras 3.16 (TensorFlow 2.22's) the matrix said Keras 3 multi-worker "works",
+  # while the patch it needs was refused.
+  from tfdist.internals import gates
+  monkeypatch.setattr(gates, "installed",
+                      lambda: {"TensorFlow": (2, 21), "tf_keras": (2, 21), "Keras": (3, 16)})
+  text = str(doctor.diagnose({}))
+  assert re.search(r"keras3   multi_worker_mirrored \(2\+ workers\) +NOT HERE: Keras 3 `fit` "
+                   r"under multi_worker_mirrored .* is not applied to Keras 3\.16\)", text), text
+  assert re.search(r"keras3   parameter_server +NOT HERE: Keras 3 under parameter servers", text)
+  assert re.search(r"tf_keras multi_worker_mirrored \(2\+ workers\) +works", text)

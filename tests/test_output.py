@@ -70,3 +70,14 @@ def test_the_cli_verbosity_flag_quietens_tfdist_lines():
   assert "input-bound:" in shown.stdout and "input-bound:" not in quiet.stdout
   # The main's own result line is printed either way.
   assert "strategy=one_device" in shown.stdout and "strategy=one_device" in quiet.stdout
+
+
+def test_a_duration_reads_as_seconds_then_minutes_then_hours():
+  assert [output.duration(s) for s in (23.4, 99, 14 * 60, 2 * 3600 + 5 * 60)] == [
+      "23s", "99s", "14 min", "2 h 05 min"]
+
+
+def test_runs_so_far_say_the_time_in_all_and_about_how_long_the_rest_takes():
+  assert output.so_far(1, 6, 12.0) == "12s in all, about 60s left"
+  assert output.so_far(3, 6, 300.0) == "5 min in all, about 5 min left"
+  assert output.so_far(6, 6, 400.0) == "7 min in all"  # Nothing left: no estimate.

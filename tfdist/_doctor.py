@@ -46,8 +46,9 @@ def _stack_rows(report: Report) -> List[Tuple[str, str]]:
   rows = [("python", platform.python_version()), ("tfdist", tfdist.__version__)]
   python = tuple(int(p) for p in platform.python_version_tuple()[:2])
   if not _stack.PYTHON[0] <= python <= _stack.PYTHON[1]:
+    (low, high) = _stack.PYTHON
     report.problems.append(f"Python {platform.python_version()} is outside what tfdist "
-                           "supports (3.10 to 3.13).")
+                           f"supports ({low[0]}.{low[1]} to {high[0]}.{high[1]}).")
   found = _stack.tensorflow_distributions()
   if not found:
     rows.append(("tensorflow", "not installed"))
@@ -136,9 +137,22 @@ def _devices() -> List[Tuple[str, str]]:
   return [("physical", ", ".join(listed.physical)), ("logical", ", ".join(listed.logical))]
 
 
+# Keras 3 cells whose "works" rests on a patch: (flavour, strategy) -> the patch.
+_RESTS_ON = {(keras_support.KERAS3, "multi_worker_mirrored (2+ workers)"): "multi_worker",
+             (keras_support.KERAS3, "parameter_server"): "atomic_assign_add"}
+
+
 def _matrix() -> List[Tuple[str, str]]:
+  """The documented matrix, with the installed Keras: a cell whose patch does not apply says so."""
+  from tfdist.internals import keras as keras_internals  # Imports no Keras.
+  version = gates_lib.installed()["Keras"]
   rows = []
   for (flavour, strategy), (raw, tfdist) in keras_support.SUPPORT.items():
+    patch = _RESTS_ON.get((flavour, strategy))
+    reason = None if patch is None or version is None else keras_internals.GATES[patch].reason(
+        version)
+    if reason is not None:  # Before: "works" on Keras 3.16, where the patch is refused.
+      tfdist = f"NOT HERE: {keras_internals.GATES[patch].without} ({reason})"
     rows.append((f"{flavour:8} {strategy}", tfdist if raw == tfdist else f"{tfdist}; raw {raw}"))
   return rows
 
@@ -213,7 +227,9 @@ def diagnose(environ: Optional[Mapping[str, str]] = None, *,
   """
   environ = os.environ if environ is None else environ
   report = Report()
-  report.sections.append(("stack (tfdist supports TensorFlow 2.17 to 2.21)", _stack_rows(report)))
+  low, high = _stack.SUPPORTED["tensorflow"]
+  report.sections.append((f"stack (tfdist supports TensorFlow {low[0]}.{low[1]} to "
+                          f"{high[0]}.{high[1]})", _stack_rows(report)))
   report.sections.append(("patches (tfdist.internals: each gated on the versions it was run "
                           "with)", _patches(report)))
   if not _stack.tensorflow_distributions():

@@ -38,6 +38,22 @@ class _DefaultHandler(logging.Handler):
       self.handleError(record)
 
 
+def duration(seconds: float) -> str:
+  """'23s', '14 min' or '2 h 05 min': a time as progress lines show it."""
+  if seconds < 100:
+    return f"{seconds:.0f}s"
+  minutes = round(seconds / 60)
+  if minutes < 100:
+    return f"{minutes} min"
+  return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def so_far(done: int, total: int, elapsed: float) -> str:
+  """'5 min in all, about 5 min left' after `done` of `total` runs: the rest as long as the mean."""
+  left = "" if done >= total else f", about {duration(elapsed / done * (total - done))} left"
+  return f"{duration(elapsed)} in all{left}"
+
+
 def set_verbosity(level: str) -> None:
   """Shows tfdist's records from `level` up: 'debug', 'info', 'warning' or 'error'."""
   if level not in LEVELS:

@@ -68,35 +68,36 @@ import threading
 import time
 from typing import Any, Mapping, Optional, Tuple
 
+from tfdist import _variables as variables
 from tfdist import _step_times as step_times
-from tfdist import output  # pylint: disable=unused-import  The tfdist logger's handler.
+from tfdist import output
 
 logger = logging.getLogger("tfdist")
 
-PROGRESS_DIR_ENV = "TFDIST_PROGRESS_DIR"
+PROGRESS_DIR_ENV = variables.PROGRESS_DIR
 # `tfdist launch --profile=FIRST-LAST`: every task traces those steps with
 # TensorFlow's profiler into PROFILE_DIR/<task> (one run per task).
-PROFILE_ENV = "TFDIST_PROFILE"
-PROFILE_DIR_ENV = "TFDIST_PROFILE_DIR"
+PROFILE_ENV = variables.PROFILE
+PROFILE_DIR_ENV = variables.PROFILE_DIR
 # A folder holding the other tasks' rows of step times, where each task has a
 # progress directory of its own (`tfdist task` on SLURM: the job's records
 # folder, which the nodes share): the chief reads them there too.
-STEPS_SHARED_ENV = "TFDIST_STEPS_SHARED_DIR"
+STEPS_SHARED_ENV = variables.STEPS_SHARED_DIR
 # "1" where the tasks share no folder (`tfdist task` in Kubernetes pods, unless
 # the user set "0"): each task's row goes to TensorFlow's coordination service
 # as it trains, and the chief reads the other tasks' rows there at each
 # epoch's end.
-STEPS_PUBLISHED_ENV = "TFDIST_STEPS_PUBLISHED"
+STEPS_PUBLISHED_ENV = variables.STEPS_PUBLISHED
 # The key of a task's row in the coordination service's store.
 STEPS_KEY = "tfdist/steps/{task}"
 # How long the chief waits for one task's row (a publish deletes the old row before it
 # inserts the new one: a read between waits), and for all of them, at an epoch's end.
 READ_ROW_MS, READ_ROWS_SECONDS = 500, 2.0
 # "0": no input stamp (`stamped_input`): step times only, none of its cost per element.
-INPUT_WAIT_ENV = "TFDIST_INPUT_WAIT"
+INPUT_WAIT_ENV = variables.INPUT_WAIT
 # Seconds between the status lines a task logs while an epoch of a Keras `fit` runs
 # (`_Status`); "0": none. Keras's own bar shows nothing in a pipe until its line ends.
-STATUS_SECONDS_ENV = "TFDIST_STATUS_SECONDS"
+STATUS_SECONDS_ENV = variables.STATUS_SECONDS
 STATUS_SECONDS = 10.0
 PROGRESS_SUFFIX = ".progress"
 STACKS_SUFFIX = ".stacks"
@@ -342,7 +343,7 @@ class _Status:
     if loss is not None:
       parts.append(f"loss {loss:.4f}" if abs(loss) >= 1e-3 or loss == 0 else f"loss {loss:.4e}")
     if rate and self.steps and step < self.steps:
-      parts.append(f"about {_duration((self.steps - step) / rate)} left in this epoch")
+      parts.append(f"about {output.duration((self.steps - step) / rate)} left in this epoch")
     return ", ".join(parts)
 
 
@@ -354,16 +355,6 @@ def _number(value) -> Optional[float]:
     return float(value)
   except Exception:  # pylint: disable=broad-except  A parameter server's remote value: no loss.
     return None
-
-
-def _duration(seconds: float) -> str:
-  """'23s', '14 min' or '2 h 05 min'."""
-  if seconds < 100:
-    return f"{seconds:.0f}s"
-  minutes = round(seconds / 60)
-  if minutes < 100:
-    return f"{minutes} min"
-  return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 def _status(params: Optional[Mapping[str, Any]]) -> Optional[_Status]:

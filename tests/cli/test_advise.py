@@ -24,6 +24,8 @@ def test_a_failing_measurement_exits_1_with_its_reason(tmp_path):
   done = helpers.run(helpers.tfdist_cli("advise", f"--model={broken}", "--steps=5",
                                         "--repeats=1", f"--output={output}"), timeout=180)
   assert done.returncode == 1
-  assert "timing the ways" in done.stdout  # The main shows the library's progress.
+  # The main shows the library's progress: which stage of how many (no input stage for a
+  # model file without data, no 2-worker stage for one worker).
+  assert "  [1/1] timing the ways on" in done.stdout, done.stdout
   assert "tfdist advise: the local measurement" in done.stdout
   assert "no weights for you" in done.stdout and not output.exists()

@@ -38,6 +38,7 @@ import sys
 import time
 from typing import Any, Dict, Optional, Sequence
 
+from tfdist import output
 from tfdist.bench import _advice_check as advice_check
 from tfdist.bench import decision
 from tfdist.bench import memory
@@ -169,16 +170,22 @@ def run(options: AdviseOptions) -> AdviseResult:
               options.model, options.batch_size, cluster.workers, devices)
   micro_batches = options.micro_batches or 2 * devices
   options = dataclasses.replace(options, micro_batches=micro_batches)
-  logger.info("  timing the ways on %d device(s), side by side...", devices)
+  two_workers = cluster.workers > 1 and (options.busbw_gbps is None or
+                                         options.latency_ms is None or options.colocated)
+  stage = _Stages(1 + two_workers + _measures_input(options), start)
+  stage.log(f"timing the ways on {devices} device(s), side by side")
   here = _run_process("local", options, devices)
   footprint = memory.Footprint(**here["footprint"])
   links, two = None, None
   if cluster.workers > 1:
-    if options.busbw_gbps is None or options.latency_ms is None or options.colocated:
-      logger.info("  timing 2 workers on this machine...")
+    if two_workers:
+      stage.log("timing 2 workers on this machine")
       two = _run_two_workers(options, devices)
     links = _links(options, two)
-  input_share = _input_share(options)
+  input_share = None
+  if _measures_input(options):
+    stage.log("timing the input pipeline (2 epochs on one device)")
+    input_share = _input_share(options)
   measurements = decision.Measurements(
       batch_size=options.batch_size, footprint=footprint, step=here["seconds"]["step"],
       links=links, input_share=input_share, micro_batches=micro_batches, peak=here["peak"])
@@ -233,11 +240,27 @@ def _links(options: AdviseOptions, two: Optional[dict]) -> decision.Links:
                         two_workers=None if two is None else two["synced"])
 
 
+class _Stages:
+  """Logs each measuring stage as `[k/n]`, with the time so far and about how long is left."""
+
+  def __init__(self, total: int, start: float, clock=time.monotonic):
+    self.total, self.start, self.clock, self.done = total, start, clock, 0
+
+  def log(self, what: str) -> None:
+    elapsed = self.clock() - self.start
+    self.done += 1
+    # The stages differ in length: the estimate is the mean of those done.
+    so_far = "" if self.done == 1 else f" ({output.so_far(self.done - 1, self.total, elapsed)})"
+    logger.info("  [%d/%d] %s...%s", self.done, self.total, what, so_far)
+
+
+def _measures_input(options: AdviseOptions) -> bool:
+  """Whether the input pipeline is timed: with the user's data, or the CNN's digits."""
+  return options.data is not None or options.model == "cnn"
+
+
 def _input_share(options: AdviseOptions) -> Optional[float]:
   """The share of a step waiting for input: a 2-epoch training on one device, or None."""
-  if options.data is None and options.model != "cnn":
-    return None
-  logger.info("  timing the input pipeline (2 epochs on one device)...")
   try:
     return _run_process("input", options, 1)
   except MeasurementError as e:  # The advice stands without it.

@@ -16,9 +16,11 @@ each task its share of the cores (`tfdist.launch`'s default).
 
 import json
 import tempfile
+import time
 
 from absl import flags
 
+from tfdist import output
 from tfdist.training import _process as train_process
 from tfdist.launch import _task_keras as task_keras
 
@@ -97,6 +99,7 @@ def main(argv):
   runs += [(keras, name, label, extra, env) for keras in _KERAS.value
            for label, name, extra, env in _variants()]
   results = []
+  start = time.monotonic()
   with tempfile.TemporaryDirectory(prefix="tfdist-compare-") as workdir:
     for i, (keras, name, label, extra, env) in enumerate(runs, 1):
       shown = f"{name} ({label}, {keras})" if label else f"{name} ({keras})"
@@ -108,7 +111,8 @@ def main(argv):
         result["variant"] = label
       results.append(result)
       print("FAILED" if "error" in result else f"accuracy {result['accuracy']:.3f}",
-            f"({result['seconds']:.0f} s)", flush=True)
+            f"({result['seconds']:.0f} s; {output.so_far(i, len(runs), time.monotonic() - start)})",
+            flush=True)
       if "error" in result:
         print("\n".join(f"    {line}" for line in result["log_tail"]), flush=True)
   print()

@@ -14,6 +14,7 @@ import sys
 
 from absl import flags
 
+from tfdist import _variables as variables
 from tfdist import cluster as cluster_lib
 from tfdist import _choices as choices
 from tfdist.training import precision
@@ -140,7 +141,7 @@ def _launch_self(keras: str) -> int:
 
 
 # Set in the copy of this command that runs inside the private network.
-_PRIVATE_NETWORK_ENV = "TFDIST_IN_PRIVATE_NETWORK"
+_PRIVATE_NETWORK_ENV = variables.IN_PRIVATE_NETWORK
 
 
 def _run_in_private_network():

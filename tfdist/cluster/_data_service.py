@@ -25,13 +25,14 @@ Example:
 import dataclasses
 from typing import Dict, Mapping, Optional, Tuple
 
+from tfdist import _variables as variables
 from tfdist.cluster import _spec as spec_lib
 
-SERVICE_ENV = "TFDIST_DATA_SERVICE"
-JOB_ENV = "TFDIST_DATA_SERVICE_JOB"
+SERVICE_ENV = variables.DATA_SERVICE
+JOB_ENV = variables.DATA_SERVICE_JOB
 # The address of the machine a server runs on, where its launcher cannot know
 # it in advance (a Ray node): a data worker registers as NODE:PORT.
-NODE_ADDRESS_ENV = "TFDIST_NODE_ADDRESS"
+NODE_ADDRESS_ENV = variables.NODE_ADDRESS
 PROTOCOL = "grpc"
 
 

@@ -13,9 +13,10 @@ imports it too.
 import os
 from typing import Mapping, Optional
 
+from tfdist import _variables as variables
 from tfdist.cluster import _spec as spec_lib
 
-WORKERS_ASKED_ENV = "TFDIST_WORKERS_ASKED"
+WORKERS_ASKED_ENV = variables.WORKERS_ASKED
 
 
 def workers_asked(environ: Optional[Mapping[str, str]] = None) -> Optional[int]:

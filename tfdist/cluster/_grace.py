@@ -10,7 +10,9 @@ GKE Spot gives 15 s. No TensorFlow here: the launcher imports it too.
 import os
 from typing import Mapping, Optional, Tuple
 
-GRACE_PERIOD_ENV = "TFDIST_GRACE_PERIOD"
+from tfdist import _variables as variables
+
+GRACE_PERIOD_ENV = variables.GRACE_PERIOD
 DEFAULT_GRACE_PERIOD = 30.0
 
 

@@ -23,6 +23,7 @@ so that tasks sharing a node's network (hostNetwork) cannot collide.
 
 from typing import Dict, List, Mapping, Tuple
 
+from tfdist import _variables as variables
 from tfdist.cluster import environment
 from tfdist.cluster import _spec as spec_lib
 
@@ -32,8 +33,8 @@ REPLICATED_JOB_ENV = "JOBSET_REPLICATED_JOB"  # Label jobset.sigs.k8s.io/replica
 JOB_INDEX_ENV = "JOBSET_JOB_INDEX"  # Label jobset.sigs.k8s.io/job-index.
 POD_INDEX_ENV = "JOB_COMPLETION_INDEX"
 SUBDOMAIN_ENV = "JOBSET_SUBDOMAIN"
-SHAPE_ENV = "TFDIST_CLUSTER_SHAPE"
-PORT_ENV = "TFDIST_PORT"
+SHAPE_ENV = variables.CLUSTER_SHAPE
+PORT_ENV = variables.PORT
 DEFAULT_PORT = 2222
 LABELS = {JOBSET_NAME_ENV: "jobset.sigs.k8s.io/jobset-name",
           REPLICATED_JOB_ENV: "jobset.sigs.k8s.io/replicatedjob-name",

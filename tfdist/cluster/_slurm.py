@@ -26,15 +26,16 @@ import shutil
 import subprocess
 from typing import List, Mapping, Optional
 
+from tfdist import _variables as variables
 from tfdist.cluster import environment
 from tfdist.cluster import _spec as spec_lib
 from tfdist.internals import tensorflow as tf_internals
 
-PORT_BASE_ENV = "TFDIST_SLURM_PORT_BASE"
+PORT_BASE_ENV = variables.SLURM_PORT_BASE
 RESV_PORTS_ENV = "SLURM_STEP_RESV_PORTS"
-NUM_PS_ENV = "TFDIST_SLURM_NUM_PS"
+NUM_PS_ENV = variables.SLURM_NUM_PS
 # Set by tfdist's sbatch script where the tasks share one node's private network.
-LOOPBACK_ENV = "TFDIST_SLURM_LOOPBACK"
+LOOPBACK_ENV = variables.SLURM_LOOPBACK
 _REQUIRED = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST",
              "SLURM_STEP_TASKS_PER_NODE")
 

@@ -27,10 +27,11 @@ import threading
 import time
 from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
+from tfdist import _variables as variables
 from tfdist.cluster import _grace as grace
 from tfdist.cluster import _spec as spec_lib
 
-TIMEOUT_ENV = "TFDIST_PREFLIGHT_TIMEOUT"
+TIMEOUT_ENV = variables.PREFLIGHT_TIMEOUT
 DEFAULT_TIMEOUT = 30.0
 _RETRY_SECONDS = 0.25
 _LINGER_SECONDS = 4 * _RETRY_SECONDS

@@ -39,6 +39,10 @@ from tfdist.launch._notebook import notebook_launch, ray_launch
 # strategies: on PYTHONPATH in an image of your own.
 from tfdist.launch._task_keras import SITE_DIR as TASK_SITE_DIR
 
+# Every Kubernetes kind `tfdist launch --kubernetes` prints, registered here in one place
+# (as strategies are in tfdist.strategies), not by importing the module that builds it.
+_kubernetes.MANIFESTS.update(jobset=_jobset.jobset, trainjob=_jobset.trainjob)
+
 _launcher.register(_local.LocalLauncher)
 _launcher.register(_slurm.SlurmLauncher)
 _launcher.register(_kubernetes.KubernetesLauncher)

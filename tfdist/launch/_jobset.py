@@ -212,5 +212,3 @@ def pods(docs: List[dict]) -> List[dict]:
                       "replicated_job": replicated["name"]})
   return found
 
-
-kubernetes.MANIFESTS.update(jobset=jobset, trainjob=trainjob)

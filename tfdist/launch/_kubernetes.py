@@ -71,6 +71,7 @@ import re
 import sys
 from typing import Dict, List, Optional, Sequence, TextIO
 
+from tfdist import _variables as variables
 from tfdist.cluster import _data_service as data_service_lib
 from tfdist.cluster import _kubernetes as kubernetes_environment
 from tfdist import cluster as cluster_lib
@@ -176,7 +177,7 @@ def task_env(keras: Optional[str]) -> List[dict]:
   # Only the Keras switch: `tfdist task` in the pod puts the image's task site on
   # PYTHONPATH (a path of this machine's tfdist would not be the image's).
   legacy = task_keras.variables(keras, {})[task_keras.LEGACY_KERAS_ENV]
-  return [{"name": "TFDIST_PREFLIGHT_TIMEOUT", "value": str(PREFLIGHT_TIMEOUT_SECONDS)},
+  return [{"name": variables.PREFLIGHT_TIMEOUT, "value": str(PREFLIGHT_TIMEOUT_SECONDS)},
           {"name": task_keras.LEGACY_KERAS_ENV, "value": legacy}]
 
 

@@ -42,6 +42,7 @@ import threading
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
+from tfdist import _variables as variables
 from tfdist import _step_times as step_times
 from tfdist import cluster as cluster_lib
 from tfdist.cluster import _data_service as data_service_lib
@@ -67,9 +68,9 @@ LOCAL = "local"
 # Ray's namespace for tfdist's placement groups and actors.
 NAMESPACE = "tfdist"
 # Told to each task's local process: the placement group, and the task -> bundle map.
-PLACEMENT_GROUP_ENV = "TFDIST_RAY_PLACEMENT_GROUP"
-BUNDLES_ENV = "TFDIST_RAY_BUNDLES"
-TASK_ENV = "TFDIST_RAY_TASK"  # Which of them this is: "worker:1", "dispatcher:0".
+PLACEMENT_GROUP_ENV = variables.RAY_PLACEMENT_GROUP
+BUNDLES_ENV = variables.RAY_BUNDLES
+TASK_ENV = variables.RAY_TASK  # Which of them this is: "worker:1", "dispatcher:0".
 PLACEMENTS = ("PACK", "SPREAD")
 # A task whose actor was lost (its node gone): a failure, restarted as any other.
 LOST_EXIT_CODE = 1

@@ -33,12 +33,13 @@ import shutil
 import tempfile
 from typing import Any, Callable, Iterator, Optional, Tuple
 
+from tfdist import _variables as variables
 from tfdist.launch import _launcher as launcher
 
-FUNCTION_ENV = "TFDIST_FUNCTION"  # The function's name...
-SOURCE_ENV = "TFDIST_FUNCTION_SOURCE"  # ...and the source that defines it.
-RESULT_TASK_ENV = "TFDIST_RESULT_TASK"  # The task that reports: "chief:0" or "worker:0".
-RESULT_FILE_ENV = "TFDIST_RESULT_FILE"  # Where it writes, in a folder made for this launch.
+FUNCTION_ENV = variables.FUNCTION  # The function's name...
+SOURCE_ENV = variables.FUNCTION_SOURCE  # ...and the source that defines it.
+RESULT_TASK_ENV = variables.RESULT_TASK  # The task that reports: "chief:0" or "worker:0".
+RESULT_FILE_ENV = variables.RESULT_FILE  # Where it writes, in a folder made for this launch.
 NAME = "result.pickle"  # The file, in its folder.
 
 

@@ -37,13 +37,15 @@ import shutil
 import tempfile
 from typing import Callable, Iterable, Iterator, List, Mapping, MutableMapping, Optional, Tuple
 
+from tfdist import _variables as variables
+
 
 logger = logging.getLogger("tfdist")
 
-TRAINS_ALONE_ENV = "TFDIST_TRAINS_ALONE"
+TRAINS_ALONE_ENV = variables.TRAINS_ALONE
 MODES = ("warn", "error")
 # Where the tasks of a local launch record that they built a strategy over the cluster.
-JOINED_DIR_ENV = "TFDIST_JOINED_DIR"
+JOINED_DIR_ENV = variables.JOINED_DIR
 TRAINS_ALONE_EXIT_CODE = 1
 # Strategies that build their replicas on this machine only, whatever TF_CONFIG says.
 _LOCAL_STRATEGIES = ("MirroredStrategy", "OneDeviceStrategy", "CentralStorageStrategy")

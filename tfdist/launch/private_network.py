@@ -23,6 +23,7 @@ import subprocess
 import sys
 from typing import Callable, Iterator, List, Optional
 
+from tfdist import _variables as variables
 from tfdist import cluster as cluster_lib
 
 # The holder: in the new namespace `lo` starts down; bring it up (SIOCGIFFLAGS,
@@ -51,7 +52,7 @@ def loopback_up() -> None:
 _START_SECONDS = 10
 # Where a command launches a cluster itself (tfdist train, bench, scale), the
 # network a user chose: explicit argument, else this variable, else "auto".
-NETWORK_ENV = "TFDIST_NETWORK"
+NETWORK_ENV = variables.NETWORK
 
 
 class Unavailable(RuntimeError):

@@ -43,20 +43,21 @@ import tempfile
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
+from tfdist import _variables as variables
 from tfdist import _step_times as step_times
 from tfdist import progress
 
 logger = logging.getLogger("tfdist")
 # Seconds without a step anywhere before a job is stalled, unless told.
 DEFAULT_STALL_TIMEOUT = 300.0
-STALL_TIMEOUT_ENV = "TFDIST_STALL_TIMEOUT"
+STALL_TIMEOUT_ENV = variables.STALL_TIMEOUT
 # How long a boundary's first step (compile, a new iterator) may take: this many
 # timeouts, and at least BOUNDARY_SECONDS (a first compile on a busy machine), or
 # what BOUNDARY_SECONDS_ENV says (a small model on an idle machine compiles in
 # seconds; a large one may need longer than three timeouts).
 BOUNDARY_FACTOR = 3.0
 BOUNDARY_SECONDS = 60.0
-BOUNDARY_SECONDS_ENV = "TFDIST_BOUNDARY_SECONDS"
+BOUNDARY_SECONDS_ENV = variables.BOUNDARY_SECONDS
 # How many mean steps of the slowest task fit in the limit, when that is longer.
 STEP_FACTOR = 20.0
 # While every task is still in start-up (none has built its strategy): at least this

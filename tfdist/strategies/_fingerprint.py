@@ -56,6 +56,7 @@ from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
 
+from tfdist import _variables as variables
 import tfdist
 from tfdist import progress
 from tfdist.internals import strategy_scope
@@ -63,7 +64,7 @@ from tfdist.internals import tensorflow as tf_internals
 
 logger = logging.getLogger("tfdist")
 
-CHECK_WORKERS_ENV = "TFDIST_CHECK_WORKERS"
+CHECK_WORKERS_ENV = variables.CHECK_WORKERS
 # Seconds a task waits for another's record before the check fails, naming it.
 # Longer than the launcher's stall watchdog by default (15 min before a first
 # step), which names a stuck task sooner and with its stack.
