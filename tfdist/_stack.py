@@ -4,8 +4,8 @@ tfdist leaves TensorFlow to the user, as Keras and TensorFlow Datasets do: a
 container's or cloud image's `tensorflow`, `tensorflow-cpu` or
 `tensorflow[and-cuda]` stays as it is (docs/get-started/install.md). This module
 says which one is installed, whether its versions are in the ranges tfdist
-supports (`SUPPORTED`, run by `make test-versions` on the oldest and the
-newest), and what to pin (`constraints`).
+supports (`SUPPORTED`: `make test` runs the newest, `make test-versions` the
+oldest), and what to pin (`constraints`).
 
 Example:
 
@@ -15,16 +15,15 @@ Example:
 """
 
 import importlib.metadata
-import importlib.util
-import sys
 from typing import Dict, List, Optional, Tuple
 
 from tfdist.internals import versions
 
 Version = versions.Version
 
-# Inclusive (major, minor) ranges tfdist supports: the oldest and the newest are run by
-# `make test-versions` (Keras 3: the versions its patches were run with).
+# Inclusive (major, minor) ranges tfdist supports: `make test` runs the newest and
+# `make test-versions` the oldest (Keras 3: the versions its patches were run with).
+# Each gate of tfdist.internals is this range or, where a use was run on fewer, inside it.
 SUPPORTED: Dict[str, Tuple[Version, Version]] = {
     "tensorflow": ((2, 17), (2, 21)),
     "tf_keras": ((2, 17), (2, 21)),
@@ -91,11 +90,6 @@ def missing(module: str) -> str:
   low, high = SUPPORTED["tensorflow"]
   return (f"tfdist needs TensorFlow {low[0]}.{low[1]} to {high[0]}.{high[1]}, and none is "
           f"installed: {INSTALL}. Received: no module named {module!r}")
-
-
-def importable(module: str) -> bool:
-  """Whether `module` can be imported (found, not imported)."""
-  return module in sys.modules or importlib.util.find_spec(module) is not None
 
 
 def constraints() -> List[str]:

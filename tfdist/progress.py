@@ -68,8 +68,8 @@ import threading
 import time
 from typing import Any, Mapping, Optional, Tuple
 
-from tfdist import _variables as variables
 from tfdist import _step_times as step_times
+from tfdist import _variables as variables
 from tfdist import output
 
 logger = logging.getLogger("tfdist")

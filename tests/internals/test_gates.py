@@ -40,3 +40,15 @@ def test_the_installed_versions_come_from_package_metadata_and_pass_every_gate()
   installed = gates.installed()
   assert installed["TensorFlow"] == tuple(int(p) for p in tf.__version__.split(".")[:2])
   assert all(reason is None for _, _, reason in gates.report(installed))
+
+
+def test_every_gate_is_the_supported_range_or_inside_it():
+  # A gate wider than what is supported was never run there; a TensorFlow or tf_keras
+  # gate narrower than it would leave a supported version without its patch.
+  from tfdist import _stack
+  library = {"TensorFlow": "tensorflow", "tf_keras": "tf_keras", "Keras": "keras"}
+  for name, gate in gates.gates():
+    low, high = _stack.SUPPORTED[library[gate.library]]
+    assert low <= gate.tested[0] <= gate.tested[1] <= high, (name, gate.tested)
+    if gate.library != "Keras":
+      assert gate.tested == (low, high), (name, gate.tested)

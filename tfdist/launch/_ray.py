@@ -42,8 +42,8 @@ import threading
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
-from tfdist import _variables as variables
 from tfdist import _step_times as step_times
+from tfdist import _variables as variables
 from tfdist import cluster as cluster_lib
 from tfdist.cluster import _data_service as data_service_lib
 from tfdist.cluster import _elastic as elastic

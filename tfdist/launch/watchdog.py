@@ -43,8 +43,8 @@ import tempfile
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
-from tfdist import _variables as variables
 from tfdist import _step_times as step_times
+from tfdist import _variables as variables
 from tfdist import progress
 
 logger = logging.getLogger("tfdist")
