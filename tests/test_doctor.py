@@ -163,6 +163,8 @@ def test_a_stack_that_cannot_work_is_named_with_its_fix(monkeypatch):
   assert any(p.startswith("tfdist needs TensorFlow 2.17 to 2.21, and none is installed: pip "
                           "install 'tfdist[tensorflow]'") for p in report.problems), report.problems
   assert "devices" not in [title for title, _ in report.sections]  # Those need TensorFlow.
+  assert not [p for p in report.problems if "tensorflow_datasets" in p], report.problems
+  assert "(needs TensorFlow)" in str(report)
 
 
 def test_tensorflow_datasets_that_does_not_import_is_a_problem_with_the_pin(monkeypatch):

@@ -91,6 +91,8 @@ def _tfds(report: Report) -> str:
   version = _stack.installed("tensorflow-datasets")
   if version is None:
     return "not installed (real TFDS files: pip install 'tfdist[tfds]')"
+  if not _stack.tensorflow_distributions():
+    return f"{version} (needs TensorFlow)"  # Its import would fail for that alone.
   try:
     import tensorflow_datasets as tfds
     tfds.core  # pylint: disable=pointless-statement  A broken install fails here, not at import.
