@@ -400,3 +400,30 @@ def test_mixed_float16_steps_scale_the_loss(flavour, name):
                      verbose=False)
   assert np.isfinite(history["loss"]).all(), history
   assert history["loss"][-1] < 0.5 * history["loss"][0]
+
+
+def test_keras3_under_parameter_servers_is_refused_where_its_atomic_update_is_not_applied(
+    monkeypatch):
+  # Before: on a Keras the patch is not applied to, the loop warned and trained on, and
+  # concurrent workers could lose updates of a counter with nothing else said.
+  import dataclasses
+  import types
+  from tfdist.internals import keras as keras_internals
+  from tfdist.training.loop import _parameter_server
+  was_enabled = bool(keras_internals._assign_originals)  # By an earlier test of this process.
+  keras_internals.disable_atomic_assign_add()
+  gate = keras_internals.GATES["atomic_assign_add"]
+  monkeypatch.setitem(keras_internals.GATES, "atomic_assign_add",
+                      dataclasses.replace(gate, tested=((3, 0), (3, 1))))
+  runner = types.SimpleNamespace(_keras3=True)  # Only what the check reads.
+  try:
+    with pytest.raises(RuntimeError, match=r"Keras 3 under parameter servers needs tfdist's "
+                                           r"atomic assign_add, which is not applied here: .* is "
+                                           r"not applied to Keras 3\.\d+\. Train with tf_keras "
+                                           r".*, or install Keras 3\.0 to 3\.1\."):
+      _parameter_server.ParameterServerRunner._prepare_keras(runner)
+    assert not keras_internals._assign_originals  # Nothing patched.
+  finally:
+    monkeypatch.undo()
+    if was_enabled:
+      keras_internals.enable_atomic_assign_add()

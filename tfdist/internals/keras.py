@@ -80,8 +80,8 @@ _TESTED_FOR = {"input_replay": ((3, 15), (3, 15)), "local_updates": ((3, 15), (3
 _WITHOUT = {
     "multi_worker": "Keras 3 `fit` under multi_worker_mirrored with 2 or more workers is "
                     "refused before its first step (Keras itself fails there); tf_keras trains",
-    "atomic_assign_add": "Keras 3 under parameter servers (tfdist.training.loop) can lose "
-                         "concurrent updates of a counter",
+    "atomic_assign_add": "Keras 3 under parameter servers (tfdist.training.loop) is refused: "
+                         "concurrent workers could lose updates of a counter",
     "sharded_checkpoints": "a Keras 3 checkpoint of variables sharded over ps tasks fails",
     "input_replay": "a resumed Keras 3 `fit` reads the interrupted epoch again from its start",
     "local_updates": "local SGD and DiLoCo refuse a Keras 3 optimizer",

@@ -27,7 +27,16 @@ class ParameterServerRunner(runner.Loop):
 
   def _prepare_keras(self) -> None:
     if self._keras3:
-      keras_internals.enable_atomic_assign_add()
+      # Without the atomic op, workers' concurrent updates of a counter can be lost, and
+      # nothing would say so: refused, not trained silently wrong.
+      if not keras_internals.enable_atomic_assign_add():
+        low, high = (".".join(map(str, v))
+                     for v in keras_internals.GATES["atomic_assign_add"].tested)
+        raise RuntimeError(
+            "Keras 3 under parameter servers needs tfdist's atomic assign_add, which is not "
+            f"applied here: {keras_internals.unsupported_reason(patch='atomic_assign_add')}. "
+            f"Train with tf_keras (`from tfdist import keras`), or install Keras {low} to "
+            f"{high}.")
       keras_internals.enable_sharded_checkpoints()
 
   def _start_fit(self, dataset, steps_per_epoch: Optional[int], position) -> None:
