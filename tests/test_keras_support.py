@@ -151,3 +151,10 @@ def test_keras_module_and_model_flavour():
   assert keras_support.model_flavour(legacy) == "tf_keras"
   with pytest.raises(ValueError, match=r"must be 'keras3' or 'tf_keras'. Received: 'keras2'"):
     keras_support.keras_module("keras2")
+
+
+def test_each_cell_that_rests_on_a_patch_is_in_the_matrix_and_names_a_gated_patch():
+  from tfdist import _keras_support as support
+  from tfdist.internals import keras as keras_internals
+  assert set(support.RESTS_ON_PATCH) <= set(support.SUPPORT), support.RESTS_ON_PATCH
+  assert set(support.RESTS_ON_PATCH.values()) <= set(keras_internals.GATES)

@@ -139,18 +139,13 @@ def _devices() -> List[Tuple[str, str]]:
   return [("physical", ", ".join(listed.physical)), ("logical", ", ".join(listed.logical))]
 
 
-# Keras 3 cells whose "works" rests on a patch: (flavour, strategy) -> the patch.
-_RESTS_ON = {(keras_support.KERAS3, "multi_worker_mirrored (2+ workers)"): "multi_worker",
-             (keras_support.KERAS3, "parameter_server"): "atomic_assign_add"}
-
-
 def _matrix() -> List[Tuple[str, str]]:
   """The documented matrix, with the installed Keras: a cell whose patch does not apply says so."""
   from tfdist.internals import keras as keras_internals  # Imports no Keras.
   version = gates_lib.installed()["Keras"]
   rows = []
   for (flavour, strategy), (raw, tfdist) in keras_support.SUPPORT.items():
-    patch = _RESTS_ON.get((flavour, strategy))
+    patch = keras_support.RESTS_ON_PATCH.get((flavour, strategy))
     reason = None if patch is None or version is None else keras_internals.GATES[patch].reason(
         version)
     if reason is not None:  # Before: "works" on Keras 3.16, where the patch is refused.

@@ -35,6 +35,9 @@ SUPPORT = {(flavour, strategy): ("works", "works") for flavour in (KERAS3, TF_KE
            for strategy in STRATEGIES}
 SUPPORT[(KERAS3, "multi_worker_mirrored (2+ workers)")] = (
     f"FAILS: {MWMS_FAILURE}", "works (tfdist.internals.keras)")
+# The cells whose "works" under tfdist rests on a patch of tfdist.internals.keras.
+RESTS_ON_PATCH = {(KERAS3, "multi_worker_mirrored (2+ workers)"): "multi_worker",
+                  (KERAS3, "parameter_server"): "atomic_assign_add"}
 SUPPORT[(KERAS3, "parameter_server")] = (
     f"FAILS: {PSS_FAILURE}", "fit refused before the first step, pointing to tfdist.training.loop, "
     "which works (`tfdist train` uses it)")

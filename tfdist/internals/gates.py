@@ -8,8 +8,8 @@ package metadata, so the report imports nothing it describes.
 Example:
 
     >>> from tfdist.internals import gates
-    >>> for name, gate, reason in gates.report(gates.installed()):
-    ...   print(name, "applies" if reason is None else reason)
+    >>> [name for name, _, reason in gates.report(gates.installed()) if reason]  # Not applied.
+    []
 """
 
 from typing import Dict, List, Optional, Tuple
