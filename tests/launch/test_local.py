@@ -7,6 +7,7 @@ import re
 import socket
 import signal
 import sys
+import textwrap
 import threading
 import time
 
@@ -459,21 +460,39 @@ def test_a_lost_dispatcher_without_a_journal_stops_the_job_and_says_why(tmp_path
 
 @pytest.mark.slow
 def test_a_lost_dispatcher_with_a_journal_is_restarted(tmp_path):
-  code = ("import os, time; print('service at', os.environ['TFDIST_DATA_SERVICE'], flush=True); "
-          "time.sleep(10)")
+  # The worker stays until the test has seen the restarted dispatcher listen,
+  # so the job cannot end before it is back (a fixed sleep lost that race once
+  # under CI's load, and a worker polling the port missed the first start).
+  journal, release = tmp_path / "journal", tmp_path / "release"
+  code = textwrap.dedent(f"""
+      import os, time
+      print('service at', os.environ['TFDIST_DATA_SERVICE'], flush=True)
+      deadline = time.monotonic() + 120
+      while not os.path.exists({str(release)!r}) and time.monotonic() < deadline:
+        time.sleep(0.1)
+      print('released:', os.path.exists({str(release)!r}), flush=True)
+      """)
   command = helpers.tfdist_cli("launch", "--workers=1", "--data_workers=1",
-                               f"--data_work_dir={tmp_path}", "--", PY, "-c", code)
-  before, after, exit_code = helpers.signal_when(
-      command, r"dispatcher listening", signal.SIGKILL,
-      process=("data_service", "--role=dispatcher"), timeout=120)
-  out = before + after
+                               f"--data_work_dir={journal}", "--", PY, "-c", code)
+  lines, listening = [], 0
+  with helpers.spawned(command) as job:
+    for line in job.stdout:
+      lines.append(line)
+      if re.match(r"\[dispatcher:0\] tf.data service dispatcher listening", line):
+        listening += 1
+        if listening == 1:
+          os.kill(helpers.command_pid(job.pid, "data_service --role=dispatcher"), signal.SIGKILL)
+        else:
+          release.touch()
+    exit_code = job.wait(timeout=60)
+  out = "".join(lines)
   assert exit_code == 0, out
   assert (f"tf.data service dispatcher:0 exited with code -9; restarting it on its port from "
-          f"its journal in {tmp_path}") in out
-  assert len(re.findall(r"^\[dispatcher:0\] tf.data service dispatcher listening", out,
-                        re.MULTILINE)) == 2, out
+          f"its journal in {journal}") in out
+  assert listening == 2, out
   assert "[worker:0] service at grpc://localhost:" in out
-  assert os.listdir(tmp_path)  # The journal.
+  assert "[worker:0] released: True" in out
+  assert os.listdir(journal)
 
 
 def test_data_work_dir_without_data_workers_is_refused():
