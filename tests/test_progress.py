@@ -5,6 +5,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -121,6 +122,62 @@ def test_a_summary_that_fails_warns_and_training_goes_on(tmp_path, monkeypatch):
     logging.getLogger("tfdist").removeHandler(handler)
   assert [r.getMessage() for r in records] == [
       "tfdist: the step times of this epoch were not summarized: RuntimeError('no summary')"]
+
+
+def _chief_at_epoch_end(tmp_path, monkeypatch, steps, rows, later=None):
+  """The lines the chief logs at an epoch's end after `steps` steps, with `rows` in its
+  folder, and `later` rows written there 0.2 s after the epoch ended; how many reads."""
+  from tfdist import _step_times as step_times
+
+  def write(row):
+    path = tmp_path / (row.task.replace(":", "-") + step_times.STEPS_SUFFIX)
+    path.with_suffix(".new").write_text(step_times.to_text(row))
+    os.replace(path.with_suffix(".new"), path)
+
+  for row in rows:
+    write(row)
+  reads = []
+  monkeypatch.setattr(progress.step_times, "read",
+                      lambda directory, read=step_times.read: reads.append(1) or read(directory))
+  monkeypatch.setattr(progress._reporter, "chief", True)
+  monkeypatch.setattr(progress._reporter, "stem", str(tmp_path / "worker-0"))
+  monkeypatch.setattr(progress._reporter, "steps", steps)
+  writer = threading.Timer(0.2, lambda: [write(row) for row in later or ()])
+  writer.start()
+  try:
+    with helpers.tfdist_messages() as messages:
+      progress.epoch_end()
+  finally:
+    writer.cancel()
+    writer.join()
+  return messages, len(reads)
+
+
+def test_the_chief_waits_for_the_rows_of_the_steps_it_ran_before_naming_anyone(
+    tmp_path, monkeypatch):
+  from tfdist import _step_times as step_times
+  chief = step_times.summarize("worker:0", 20, [0.05] * 20)
+  # worker:1's row of a second ago: its first 8 steps, slower while warming up. Its row of
+  # these 20 steps comes as its epoch ends, just after the chief's. Before, worker:1 was
+  # named from the earlier row.
+  early = step_times.summarize("worker:1", 8, [0.2] * 8)
+  now = step_times.summarize("worker:1", 20, [0.05] * 20)
+  messages, reads = _chief_at_epoch_end(tmp_path, monkeypatch, 20, [chief, early], [now])
+  assert messages == [] and reads > 1
+  # A task that stays behind, or is ahead (its steps wait for no one's; it ended, or
+  # trains something else), ran other steps than the chief's: left out, no one named.
+  messages, _ = _chief_at_epoch_end(tmp_path, monkeypatch, 20, [chief, early])
+  assert messages == []
+  ahead = step_times.summarize("worker:1", 46, [0.001] * 46)
+  server = step_times.summarize("ps:0", 0, [])  # A parameter server never steps: no wait.
+  messages, reads = _chief_at_epoch_end(tmp_path, monkeypatch, 20, [chief, ahead, server])
+  assert messages == [] and reads == 1
+  # Tasks at the chief's steps are compared as before: a slow one among them is named.
+  slow = step_times.summarize("worker:2", 20, [0.2] * 20)
+  messages, _ = _chief_at_epoch_end(tmp_path, monkeypatch, 20, [chief, ahead, slow])
+  assert len(messages) == 1 and messages[0].startswith(
+      "tfdist: worker:2 is markedly slower than the other tasks (200.0 ms a step against "), \
+      messages
 
 
 def test_the_chief_names_a_straggler_whose_row_is_in_the_shared_folder(tmp_path):

@@ -12,7 +12,10 @@ others wait for it in the collectives), so step times alone name no one:
 the task whose input wait stands out is the one the others wait for. A task
 whose own steps are slower (a job whose tasks do not wait for each other, as
 parameter-server workers do not) is named by its step time, and why by its
-input wait.
+input wait. Its median step and its mean both stand out: in a synchronous job
+the tasks' medians can differ (a chief's checkpoint lands in one step of its
+own, while the others wait for it in the next step's collective), but over
+the same steps every task keeps the same pace.
 
 Example:
 
@@ -54,7 +57,9 @@ class TaskSteps:
 
   `input_median`, `input_p95` and `input_share` (the input waits' sum over the
   steps' sum) are None where the input wait is not measured (a custom loop's
-  `step_done()`; a `fit` whose input is no `tf.data.Dataset`).
+  `step_done()`; a `fit` whose input is no `tf.data.Dataset`). `step_mean`:
+  the steps' mean, the task's pace (None: not known, as in a row written
+  before it was kept).
   """
 
   task: str
@@ -64,6 +69,7 @@ class TaskSteps:
   input_median: Optional[float] = None
   input_p95: Optional[float] = None
   input_share: Optional[float] = None
+  step_mean: Optional[float] = None
 
 
 def _p95(ordered: Sequence[float]) -> float:
@@ -76,14 +82,14 @@ def summarize(task: str, steps: int, step_seconds: Sequence[float],
   """The median and p95 of a task's step times and input waits (empty: 0, and None)."""
   times = sorted(step_seconds)
   waits = sorted(input_seconds)
+  median, p95 = (statistics.median(times), _p95(times)) if times else (0.0, 0.0)
+  mean = statistics.fmean(times) if times else None
   if not waits:
-    return TaskSteps(task, steps, statistics.median(times) if times else 0.0,
-                     _p95(times) if times else 0.0)
+    return TaskSteps(task, steps, median, p95, step_mean=mean)
   # A mean, not a median: where a strategy splits one element into two steps, every
   # other step waits, and the median falls on either side.
-  share = min(1.0, statistics.fmean(waits) / statistics.fmean(times)) if times else 0.0
-  return TaskSteps(task, steps, statistics.median(times) if times else 0.0,
-                   _p95(times) if times else 0.0, statistics.median(waits), _p95(waits), share)
+  share = min(1.0, statistics.fmean(waits) / mean) if times else 0.0
+  return TaskSteps(task, steps, median, p95, statistics.median(waits), _p95(waits), share, mean)
 
 
 def to_text(row: TaskSteps) -> str:
@@ -94,7 +100,7 @@ def to_text(row: TaskSteps) -> str:
 # A task's name, as TF_CONFIG's task types and a file's stem (`worker-1`) give it.
 _TASK = re.compile(r"(chief|worker|ps|evaluator):\d+")
 _SECONDS = ("step_median", "step_p95")
-_MAYBE_SECONDS = ("input_median", "input_p95", "input_share")
+_MAYBE_SECONDS = ("input_median", "input_p95", "input_share", "step_mean")
 
 
 def _seconds(value, optional: bool) -> bool:
@@ -191,11 +197,24 @@ def _why(row: TaskSteps) -> str:
   return f"computing ({_ms(row.step_median)} ms a step, median{known})"
 
 
+def _slower_pace(slowest: TaskSteps, rows: Sequence[TaskSteps]) -> bool:
+  """Whether `slowest`'s mean step is MARKED times the others' median mean (True: not known).
+
+  In a synchronous job the medians can differ while the means do not: every
+  task takes the same time for the same steps.
+  """
+  if any(r.step_mean is None for r in rows):
+    return True
+  return slowest.step_mean > MARKED * statistics.median(
+      r.step_mean for r in rows if r is not slowest)
+
+
 def straggler(rows: Sequence[TaskSteps]) -> Optional[str]:
   """One line naming a task markedly slower than the other tasks, and why; None if none is.
 
   First a task whose median step is MARKED times the median of the other
-  tasks' (tasks that do not wait for each other); else, where steps are alike (a
+  tasks', and whose mean step is MARKED times theirs too where every row has
+  one (tasks that do not wait for each other); else, where steps are alike (a
   synchronous job), a line saying the job is input-bound when every task
   waits for its input at least INPUT_BOUND_SHARE of its steps (no task holds
   the others back), or a task whose share of its steps waiting for input is
@@ -208,7 +227,7 @@ def straggler(rows: Sequence[TaskSteps]) -> Optional[str]:
   slowest = max(rows, key=lambda r: r.step_median)
   # The others' median, as for the input: with two tasks, the slowest's own step is no yardstick.
   typical = statistics.median(r.step_median for r in rows if r is not slowest)
-  if slowest.step_median > MARKED * typical:
+  if slowest.step_median > MARKED * typical and _slower_pace(slowest, rows):
     return (f"{slowest.task} is markedly slower than the other tasks ({_ms(slowest.step_median)} "
             f"ms a step against {_ms(typical)} ms, their median): {_why(slowest)}")
   measured = [r for r in rows if r.input_share is not None]

@@ -469,10 +469,7 @@ def epoch_end() -> None:
     with _reporter.lock:
       _reporter.write_steps(time.monotonic())
     if _reporter.chief and _reporter.stem is not None:
-      rows = step_times.read(os.path.dirname(_reporter.stem))
-      if _reporter.shared:  # A task's own directory holds its newest row.
-        own = {row.task for row in rows}
-        rows += [row for row in step_times.read(_reporter.shared) if row.task not in own]
+      rows = _rows_of_these_steps(_reporter.steps)
       if _reporter.publishing:
         rows += _published_rows(_reporter.peers)
       line = step_times.straggler(rows)
@@ -480,6 +477,34 @@ def epoch_end() -> None:
         logger.warning("tfdist: %s", line)
   except Exception as error:  # pylint: disable=broad-except  A report never stops training.
     logger.warning("tfdist: the step times of this epoch were not summarized: %r", error)
+
+
+def _rows_in_folders() -> list:
+  """The rows in this task's directory, and the others' in the shared folder."""
+  rows = step_times.read(os.path.dirname(_reporter.stem))
+  if _reporter.shared:  # A task's own directory holds its newest row.
+    own = {row.task for row in rows}
+    rows += [row for row in step_times.read(_reporter.shared) if row.task not in own]
+  return rows
+
+
+def _rows_of_these_steps(steps: int) -> list:
+  """The folders' rows of `steps` steps: the tasks that have run the steps the chief has.
+
+  In a synchronous job each task ends the epoch's last step with the chief and
+  writes its row then: this waits for those rows, at most WRITE_SECONDS. A row
+  of other steps is left out: an earlier one (its first steps' times, up to
+  WRITE_SECONDS old) or a task's whose steps wait for no one's (it is behind,
+  or has ended, or trained something else meanwhile), whose times cover other
+  steps than the chief's and named a task that was not slow. The launcher's
+  summary at the job's end compares every task's whole row.
+  """
+  deadline = time.monotonic() + step_times.WRITE_SECONDS
+  while True:
+    rows = _rows_in_folders()
+    if all(not 0 < row.steps < steps for row in rows) or time.monotonic() >= deadline:
+      return [row for row in rows if row.steps == steps]
+    time.sleep(0.02)
 
 
 def _stampable(dataset, strategy) -> bool:

@@ -1,0 +1,175 @@
+"""benchmarks/figures.py: one command draws every image the docs show, from the page's own numbers."""
+
+import datetime
+import glob
+import json
+import os
+import re
+
+import pytest
+
+import helpers
+
+SCRIPT = os.path.join(helpers.REPO, "benchmarks", "figures.py")
+RESULTS = os.path.join(helpers.REPO, "benchmarks", "results")
+DOCS = os.path.join(helpers.REPO, "docs")
+IMAGES = os.path.join(DOCS, "images")
+BENCHMARKS_PAGE = os.path.join(DOCS, "benchmarks.md")
+_IMAGE_LINK = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.png)\)")
+_HEADING = re.compile(r"^#{1,6} (.+)$", re.M)
+
+
+def _results():
+  """{name: figure} for every results file; the command draws each as <name>.png."""
+  figures = {}
+  for path in sorted(glob.glob(os.path.join(RESULTS, "*.json"))):
+    with open(path) as f:
+      figures[os.path.splitext(os.path.basename(path))[0]] = json.load(f)
+  return figures
+
+
+def _png_size(path):
+  """(width, height) from a PNG's header."""
+  with open(path, "rb") as f:
+    header = f.read(24)
+  assert header[:8] == b"\x89PNG\r\n\x1a\n", path
+  return int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+
+
+def _section(heading):
+  """The text of docs/benchmarks.md under `heading`, up to the next heading of any level."""
+  with open(BENCHMARKS_PAGE) as f:
+    page = f.read()
+  headings = list(_HEADING.finditer(page))
+  for index, match in enumerate(headings):
+    if match.group(1).strip() == heading:
+      end = headings[index + 1].start() if index + 1 < len(headings) else len(page)
+      return page[match.end():end]
+  raise AssertionError(f"docs/benchmarks.md has no heading {heading!r}")
+
+
+def _numbers(figure):
+  """Every number a figure draws: bar values and whiskers, points, marks and reference lines."""
+  for panel in figure["panels"]:
+    for series in panel["series"]:
+      for key in ("values", "low", "high", "x", "y"):
+        yield from (v for v in series.get(key, []) if v is not None)
+    yield from panel.get("marks", {}).get("values", [])
+    yield from (reference["value"] for reference in panel.get("references", []))
+
+
+def _written(value, text):
+  """Whether `text` writes `value` as the page does: 20520 as 20,520, 3.7 as 3.70."""
+  forms = {str(value), f"{value:,}"}
+  if isinstance(value, float) and value.is_integer():
+    forms.add(str(int(value)))
+  trailing = "0*" if isinstance(value, float) else ""
+  pattern = r"(?<![\d.,])(?:" + "|".join(map(re.escape, forms)) + ")" + trailing + r"(?![\d])"
+  return re.search(pattern, text) is not None
+
+
+def _shown_images():
+  """(page, image path as written, resolved path) for every PNG a page of the site shows."""
+  for folder, _, files in os.walk(DOCS):
+    for name in files:
+      if name.endswith(".md"):
+        page = os.path.join(folder, name)
+        with open(page) as f:
+          for link in _IMAGE_LINK.findall(f.read()):
+            yield (os.path.relpath(page, helpers.REPO), link,
+                   os.path.normpath(os.path.join(folder, link)))
+
+
+@pytest.mark.slow  # Thirteen figures drawn with matplotlib: about 3 s.
+def test_the_command_draws_every_results_file_as_a_small_png(tmp_path):
+  done = helpers.run(helpers.python(SCRIPT, f"--out_dir={tmp_path}"), timeout=120)
+  assert done.returncode == 0, done.stdout[-3000:]
+  names = sorted(_results())
+  assert sorted(os.listdir(tmp_path)) == [f"{name}.png" for name in names]
+  # One line per image written.
+  assert len(re.findall(r"^wrote .*\.png", done.stdout, re.M)) == len(names), done.stdout
+  for name in names:
+    assert _png_size(tmp_path / f"{name}.png") == (700, 350), name
+
+
+def test_every_image_a_page_shows_is_one_the_command_makes():
+  shown = list(_shown_images())
+  made = {f"{name}.png" for name in _results()}
+  assert len(shown) >= len(made)  # Each figure is shown at least once, beside its table.
+  for page, link, path in shown:
+    assert os.path.dirname(path) == IMAGES, f"{page}: {link} is not in docs/images"
+    assert os.path.basename(path) in made, f"{page}: {link} is made by no results file"
+    assert os.path.isfile(path), f"{page}: {link} is missing: run python benchmarks/figures.py"
+
+
+def test_docs_images_holds_only_what_the_command_makes():
+  made = sorted(f"{name}.png" for name in _results())
+  assert sorted(os.listdir(IMAGES)) == made  # No stale image, none missing.
+  for name in made:
+    assert _png_size(os.path.join(IMAGES, name)) == (700, 350), name
+
+
+@pytest.mark.parametrize("name", sorted(_results()))
+def test_each_figure_is_the_numbers_of_its_section_with_their_date_machine_and_command(name):
+  figure = _results()[name]
+  for key in ("title", "date", "machine", "command", "source"):
+    assert isinstance(figure.get(key), str) and figure[key].strip(), f"{name}: {key}"
+  datetime.date.fromisoformat(figure["date"])
+  assert "2-core development VM" in figure["machine"], figure["machine"]
+  section = _section(figure["source"])
+  assert figure["date"] in section, f"{name}: {figure['date']} is not in {figure['source']!r}"
+  assert f"(images/{name}.png)" in section, f"{name}: not shown in {figure['source']!r}"
+  # Copied from the page, not measured again: every number drawn is written in its section.
+  missing = [value for value in _numbers(figure) if not _written(value, section)]
+  assert not missing, f"{name}: not in {figure['source']!r}: {missing}"
+
+
+def _bad(tmp_path, edit):
+  """A copy of compare.json changed by `edit`, alone in a results folder."""
+  with open(os.path.join(RESULTS, "compare.json")) as f:
+    figure = json.load(f)
+  edit(figure)
+  (tmp_path / "results").mkdir()
+  path = tmp_path / "results" / "compare.json"
+  path.write_text(json.dumps(figure))
+  return path
+
+
+def _no_command(figure):
+  del figure["command"]
+
+
+def _kind(figure):
+  figure["panels"][0]["kind"] = "pie"
+
+
+def _short(figure):
+  figure["panels"][1]["series"][0]["values"].pop()
+
+
+def _date(figure):
+  figure["date"] = "24 November 2026"
+
+
+def _null(figure):
+  figure["panels"][0]["series"][0]["values"][0] = None
+
+
+@pytest.mark.parametrize("edit, match", [
+    pytest.param(_no_command, r"`command` must be a non-empty string.*Received: command=None",
+                 id="no command"),
+    pytest.param(_kind, r"`panels\[0\]\.kind` must be 'bars' or 'lines'\. Received: 'pie'",
+                 id="unknown kind"),
+    pytest.param(_short, r"`panels\[1\]\.series\[0\]\.values` must be a list of 5 numbers or "
+                 r"nulls\. Received: \[2\.4, 2\.9, 2\.4, 6\.8\]", id="a value short"),
+    pytest.param(_date, r"`date` must be YYYY-MM-DD\. Received: '24 November 2026'", id="date"),
+    pytest.param(_null, r"`panels\[0\]\.series\[0\]\.values\[0\]` is null without a low and "
+                 r"a high", id="null without a range"),
+])
+def test_a_results_file_it_cannot_draw_is_an_error_naming_it(tmp_path, edit, match):
+  path = _bad(tmp_path, edit)
+  done = helpers.run(helpers.python(SCRIPT, f"--results_dir={path.parent}",
+                                    f"--out_dir={tmp_path / 'images'}"), timeout=60)
+  assert done.returncode != 0
+  assert re.search(re.escape(str(path)) + ": " + match, done.stdout), done.stdout[-2000:]
+  assert not (tmp_path / "images").exists()  # Every file is checked before any is drawn.
