@@ -183,6 +183,38 @@ def test_no_print_outside_the_cli_mains():
   assert not offences, f"library code logs (tfdist.output), mains print: {offences}"
 
 
+# What a main may set in its own environment: TensorFlow's switches, which TensorFlow reads
+# only from there, as it loads. A library option travels as an argument, never this way.
+TENSORFLOW_SWITCHES = {"'TF_CPP_MIN_LOG_LEVEL'", "task_keras.LEGACY_KERAS_ENV"}
+
+
+def _environment_writes(tree):
+  """(line, key's source) for each write into os.environ: item, setdefault, update, pop."""
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+      for target in getattr(node, "targets", None) or [node.target]:
+        if isinstance(target, ast.Subscript) and ast.unparse(target.value) == "os.environ":
+          yield node.lineno, ast.unparse(target.slice)
+    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+          and ast.unparse(node.func.value) == "os.environ"
+          and node.func.attr in ("setdefault", "update", "pop", "clear", "__setitem__")):
+      yield node.lineno, ast.unparse(node.args[0]) if node.args else "(everything)"
+
+
+def test_no_main_passes_an_option_through_its_own_environment():
+  offences = [f"{path}:{line} sets {key}" for module, path, source in _sources()
+              if module.startswith("tfdist.cli")
+              for line, key in _environment_writes(ast.parse(source))
+              if key not in TENSORFLOW_SWITCHES]
+  assert not offences, ("a main passes options to the library as arguments (a launcher's "
+                        f"`env`), not by writing os.environ: {offences}")
+  # The check sees each kind of write.
+  sample = ast.parse("os.environ['A'] = '1'\nos.environ.setdefault('B', '2')\n"
+                     "os.environ.update({'C': '3'})\ndel os.environ['D']\n")
+  assert sorted(_environment_writes(sample)) == [
+      (1, "'A'"), (2, "'B'"), (3, "{'C': '3'}"), (4, "'D'")]
+
+
 def _is_foreign_private_attribute(node) -> bool:
   """`x._name` where `x` is not tfdist's own object (self, cls, super()) nor Python's."""
   if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")

@@ -144,11 +144,10 @@ def main(argv):
     return 2
   job = launch_lib.Job(workers=_WORKERS.value, ps=_PS.value, chief=_CHIEF.value,
                        evaluator=_EVALUATOR.value, data_workers=_DATA_WORKERS.value)
-  if _TRAINS_ALONE.value:  # The tasks read it from their environment, on every launcher.
-    os.environ[trains_alone.TRAINS_ALONE_ENV] = _TRAINS_ALONE.value
   try:
-    profile_dir = _profile_environment()
-    launcher = _launcher()
+    variables = _task_variables()
+    profile_dir = variables.get(progress.PROFILE_DIR_ENV)
+    launcher = _launcher({**os.environ, **variables})
     code = launcher.launch(command, job)
   except launch_lib.LaunchError as e:
     print(f"tfdist launch: {e}", file=sys.stderr)
@@ -187,21 +186,20 @@ def main(argv):
 _CRASHED = (128 + signal.SIGABRT, 128 + signal.SIGSEGV)
 
 
-def _profile_environment():
-  """--profile: the tasks' variables (every launcher passes tfdist's on); its directory or None.
-
-  --stall_timeout goes to the tasks too: on Ray and in pods each task's wrapper
-  watches it (`tfdist task`).
-  """
+def _task_variables() -> dict:
+  """What the tasks read from their environment, on every launcher that passes one on:
+  --trains_alone, --stall_timeout (on Ray and in pods each task's wrapper watches it,
+  `tfdist task`), and --profile with its absolute directory."""
+  variables = {}
+  if _TRAINS_ALONE.value:
+    variables[trains_alone.TRAINS_ALONE_ENV] = _TRAINS_ALONE.value
   if _STALL_TIMEOUT.value is not None:
-    os.environ[watchdog.STALL_TIMEOUT_ENV] = f"{_STALL_TIMEOUT.value:g}"
-  if not _PROFILE.value:
-    return None
-  progress.parse_steps(_PROFILE.value)  # A ValueError names the form.
-  directory = os.path.abspath(_PROFILE_DIR.value)
-  os.environ[progress.PROFILE_ENV] = _PROFILE.value
-  os.environ[progress.PROFILE_DIR_ENV] = directory
-  return directory
+    variables[watchdog.STALL_TIMEOUT_ENV] = f"{_STALL_TIMEOUT.value:g}"
+  if _PROFILE.value:
+    progress.parse_steps(_PROFILE.value)  # A ValueError names the form.
+    variables[progress.PROFILE_ENV] = _PROFILE.value
+    variables[progress.PROFILE_DIR_ENV] = os.path.abspath(_PROFILE_DIR.value)
+  return variables
 
 
 def _print_profile_summary(profile_dir: str) -> None:
@@ -218,8 +216,9 @@ def _print_profile_summary(profile_dir: str) -> None:
       print(f"[tfdist launch] {line}")
 
 
-def _launcher() -> launch_lib.Launcher:
-  """The launcher the flags choose, with its own options."""
+def _launcher(env) -> launch_lib.Launcher:
+  """The launcher the flags choose, with its own options; its tasks' environment `env`
+  (a manifest takes nothing from this machine's environment)."""
   chosen = [name for name, given in (("--slurm", _SLURM.value), ("--ray", _RAY.present),
                                      ("--kubernetes", bool(_KUBERNETES.value))) if given]
   if len(chosen) > 1:  # Each is a different engine: one would be silently ignored.
@@ -230,7 +229,7 @@ def _launcher() -> launch_lib.Launcher:
         "slurm", timeout=_TIMEOUT.value, workdir=_WORK_DIR.value,
         time_minutes=_TIME_MINUTES.value, template=_SBATCH_TEMPLATE.value,
         extra_directives=_SBATCH_ARGS.value, keras=_KERAS.value,
-        data_work_dir=_DATA_WORK_DIR.value, max_restarts=_MAX_RESTARTS.value)
+        data_work_dir=_DATA_WORK_DIR.value, max_restarts=_MAX_RESTARTS.value, env=env)
   if _RAY.present:
     return launch_lib.make_launcher(
         "ray", address=_RAY.value or None, timeout=_TIMEOUT.value,
@@ -238,7 +237,7 @@ def _launcher() -> launch_lib.Launcher:
         keras=_KERAS.value, cpus_per_task=_RAY_CPUS.value,
         resources=ray_launch.parse_resources(_RAY_RESOURCES.value),
         placement=_RAY_PLACEMENT.value, min_workers=_MIN_WORKERS.value,
-        rescale_timeout=_RESCALE_TIMEOUT.value, data_work_dir=_DATA_WORK_DIR.value)
+        rescale_timeout=_RESCALE_TIMEOUT.value, data_work_dir=_DATA_WORK_DIR.value, env=env)
   if _MIN_WORKERS.value is not None:
     raise ValueError("--min_workers needs --ray: only a Ray cluster can place the workers "
                      "elsewhere and grow the job back. Received: --min_workers="
@@ -254,4 +253,4 @@ def _launcher() -> launch_lib.Launcher:
                                   max_restarts=_MAX_RESTARTS.value, network=_NETWORK.value,
                                   grace_period=_GRACE_PERIOD.value, keras=_KERAS.value,
                                   data_work_dir=_DATA_WORK_DIR.value,
-                                  stall_timeout=_STALL_TIMEOUT.value)
+                                  stall_timeout=_STALL_TIMEOUT.value, env=env)

@@ -190,8 +190,8 @@ def main(argv):
     print(f"tfdist train: {e}", file=sys.stderr)
     return 2
   # `tf.keras` in a --model module resolves to the same Keras, here and in the tasks.
-  legacy = task_keras.LEGACY_KERAS_ENV
-  os.environ[legacy] = task_keras.variables(keras, {})[legacy]
+  os.environ[task_keras.LEGACY_KERAS_ENV] = task_keras.variables(keras, {})[
+      task_keras.LEGACY_KERAS_ENV]
   try:  # The job's rules, checked once, by the config, before anything starts.
     config = train_config.TrainConfig(
         strategy=_STRATEGY.value, epochs=_EPOCHS.value, batch_size=_BATCH_SIZE.value,
