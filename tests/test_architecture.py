@@ -183,6 +183,52 @@ def test_no_print_outside_the_cli_mains():
   assert not offences, f"library code logs (tfdist.output), mains print: {offences}"
 
 
+# Where a strategy is still named by a literal outside tfdist.strategies and the traits
+# (tfdist._choices.STRATEGIES), and how often: a cell label of the Keras matrix and of
+# doctor's checks, a default flag value, a measurement of one given strategy. The lists
+# of strategies derive from the traits; this inventory only shrinks, and a new literal is
+# a decision (issue 52: "a test fails on a strategy-name literal outside strategies/").
+STRATEGY_LITERALS = {
+    "tfdist._doctor": 5, "tfdist._keras_support": 7, "tfdist.bench._advice": 8,
+    "tfdist.bench.candidates": 3, "tfdist.bench.decision": 10, "tfdist.bench.overhead": 5,
+    "tfdist.cli.bench": 4, "tfdist.cli.compare": 3, "tfdist.cli.doctor": 9,
+    "tfdist.cli.launch": 1, "tfdist.cli.scale": 1, "tfdist.cli.train": 4,
+    "tfdist.cli.verify": 1, "tfdist.launch._kubernetes": 6, "tfdist.training.config": 1,
+    "tfdist.training.loop": 1, "tfdist.training.verification": 1,
+}
+
+
+def _strategy_literals(tree, names):
+  """Lines of the string constants in `tree` that are one of `names` (docstrings aside)."""
+  docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                     ast.AsyncFunctionDef))
+                and node.body and isinstance(node.body[0], ast.Expr)
+                and isinstance(node.body[0].value, ast.Constant)}
+  return [node.lineno for node in ast.walk(tree)
+          if isinstance(node, ast.Constant) and isinstance(node.value, str)
+          and node.value in names and id(node) not in docstrings]
+
+
+def test_strategies_are_named_only_where_the_inventory_says():
+  from tfdist import _choices as choices
+  names = set(choices.strategy_names())
+  found = {}
+  for module, _, source in _sources():
+    if module.startswith("tfdist.strategies") or module == "tfdist._choices":
+      continue
+    lines = _strategy_literals(ast.parse(source), names)
+    if lines:
+      found[module] = len(lines)
+  assert found == STRATEGY_LITERALS, (
+      "a list of strategies derives from tfdist._choices.STRATEGIES (kinds, traits); "
+      "update STRATEGY_LITERALS only for a literal that must stay. "
+      f"Received: {dict(sorted(found.items()))}")
+  # The check sees a literal, and not a docstring.
+  sample = ast.parse('"""mirrored"""\nx = ["mirrored", "one_device"]\ny = "mirrored_x"\n')
+  assert _strategy_literals(sample, names) == [2, 2]
+
+
 # What a main may set in its own environment: TensorFlow's switches, which TensorFlow reads
 # only from there, as it loads. A library option travels as an argument, never this way.
 TENSORFLOW_SWITCHES = {"'TF_CPP_MIN_LOG_LEVEL'", "task_keras.LEGACY_KERAS_ENV"}

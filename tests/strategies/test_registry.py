@@ -13,6 +13,44 @@ def test_registry_names():
       "parameter_server"]
 
 
+def test_each_registered_strategy_has_the_traits_the_mains_derive_from():
+  from tfdist import _choices as choices
+  # The registry and the TensorFlow-free traits name the same strategies, in one order.
+  assert strategies.STRATEGIES.names() == choices.strategy_names()
+  for name, entry in strategies.STRATEGIES.items():
+    assert entry.traits is choices.strategy(name)
+    # A strategy that runs over a cluster is the one that checks it.
+    assert entry.traits.takes_cluster == (entry.check_cluster is not None), name
+  # Each kind's strategies build TensorFlow's class of that kind.
+  built = {name: type(tfdist.make_strategy(name)) for name in choices.strategy_names(
+      choices.DEFAULT, choices.SINGLE_MACHINE)}
+  assert {name: cls.__name__ for name, cls in built.items()} == {
+      "default": "_DefaultDistributionStrategy", "one_device": "OneDeviceStrategy",
+      "mirrored": "MirroredStrategy", "central_storage": "CentralStorageStrategy"}
+  # copy_per_replica: MirroredStrategy's variables are mirrored, CentralStorage's are not.
+  with tfdist.make_strategy("mirrored").scope():
+    mirrored = tf.Variable(1.0)
+  with tfdist.make_strategy("central_storage").scope():
+    central = tf.Variable(1.0)
+  assert type(mirrored).__name__ == "MirroredVariable"
+  assert type(central).__name__ != "MirroredVariable"
+  with pytest.raises(ValueError, match=r"Unknown strategy name. Valid names: \['default', "
+                     r"'one_device'.*Received: 'mirorred'"):
+    choices.strategy("mirorred")
+
+
+def test_a_strategy_tfdist_does_not_know_registers_without_traits(monkeypatch):
+  from tfdist import _choices as choices
+  from tfdist import _registry as base
+  from tfdist.strategies import _registry as registry
+  monkeypatch.setattr(registry, "STRATEGIES", base.Registry("strategy"))
+  assert registry.register("mine", tf.distribute.OneDeviceStrategy).traits is None
+  assert registry.register("mirrored", tf.distribute.MirroredStrategy).traits is (
+      choices.strategy("mirrored"))
+  given = choices.StrategyTraits("yours", choices.SINGLE_MACHINE, copy_per_replica=True)
+  assert registry.register("yours", tf.distribute.MirroredStrategy, traits=given).traits is given
+
+
 class TestErrors:
 
   def test_unknown_name_lists_valid_ones(self):

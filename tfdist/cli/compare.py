@@ -20,13 +20,15 @@ import time
 
 from absl import flags
 
+from tfdist import _choices as choices
 from tfdist import output
 from tfdist.training import _process as train_process
 from tfdist.launch import _task_keras as task_keras
 
 _STRATEGIES = flags.DEFINE_list(
-    "strategies", ["one_device", "mirrored", "central_storage", "multi_worker_mirrored",
-                   "parameter_server"], "Strategies to compare; the first is the baseline.")
+    "strategies", choices.strategy_names(choices.SINGLE_MACHINE, choices.COLLECTIVE,
+                                         choices.PARAMETER_SERVER),
+    "Strategies to compare; the first is the baseline.")
 _KERAS = flags.DEFINE_list(
     "keras", [task_keras.KERAS_CHOICES[0]], "The Kerases to train the default model with, "
     f"each under every strategy: any of {list(task_keras.KERAS_CHOICES)}.")

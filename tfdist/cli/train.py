@@ -23,10 +23,8 @@ from tfdist.training import config as train_config
 from tfdist.training import _user_code as user_code
 from tfdist.launch import _task_keras as task_keras
 
-_STRATEGY = flags.DEFINE_enum(
-    "strategy", "one_device",
-    ["default", "one_device", "mirrored", "central_storage", "multi_worker_mirrored",
-     "parameter_server"], "Strategy name.")
+_STRATEGY = flags.DEFINE_enum("strategy", "one_device", choices.strategy_names(),
+                              "Strategy name.")
 _EPOCHS = flags.DEFINE_integer("epochs", 15, "Epochs to train.", lower_bound=1)
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Global batch size; each replica gets "
                                    "batch_size / replicas.", lower_bound=1)
@@ -129,7 +127,7 @@ def _needs_local_cluster() -> bool:
 
 
 def _launch_self(keras: str) -> int:
-  if _STRATEGY.value == "parameter_server":
+  if choices.strategy(_STRATEGY.value).kind == choices.PARAMETER_SERVER:
     spec = cluster_lib.ClusterSpec.local(_WORKERS.value, ps=_PS.value, chief=True,
                                          evaluator=_EVALUATOR.value)
   else:

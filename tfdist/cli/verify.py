@@ -20,6 +20,7 @@ import sys
 
 from absl import flags
 
+from tfdist import _choices as choices
 from tfdist import cluster as cluster_lib
 from tfdist.cli import self_launch
 from tfdist.training import _user_code as user_code
@@ -31,8 +32,8 @@ _DATA = flags.DEFINE_string("data", None, "Your data: a .py file or module defin
                             "dataset_fn() that returns global batches (the same ones each "
                             "call); `path.py:function` names another function.", required=True)
 _STRATEGY = flags.DEFINE_enum(
-    "strategy", "mirrored", ["mirrored", "central_storage", "one_device",
-                             "multi_worker_mirrored"], "The strategy to hold to one device.")
+    "strategy", "mirrored", choices.strategy_names(choices.SINGLE_MACHINE, choices.COLLECTIVE),
+    "The strategy to hold to one device.")
 _STEPS = flags.DEFINE_integer("steps", 5, "Training steps to compare.", lower_bound=1)
 _TOLERANCE = flags.DEFINE_float("tolerance", 1e-5, "Largest difference allowed, relative to "
                                 "the largest one-device value (absolute below 1).")
@@ -85,7 +86,7 @@ def _print(report: dict) -> None:
 
 def main(argv):
   del argv  # No positional arguments.
-  multi_worker = _STRATEGY.value == "multi_worker_mirrored"
+  multi_worker = choices.strategy(_STRATEGY.value).kind == choices.COLLECTIVE
   if multi_worker and not self_launch.in_cluster():
     spec = cluster_lib.ClusterSpec.local(_WORKERS.value)
     print(f"[tfdist verify] starting a local cluster: {spec}", flush=True)

@@ -22,6 +22,7 @@ from typing import Any, Callable, List, Optional, Union
 import tensorflow as tf
 
 from tfdist import cluster as cluster_lib
+from tfdist import _choices as choices
 from tfdist import _registry as registry
 from tfdist.cluster import environment
 
@@ -32,20 +33,29 @@ Validator = Callable[[cluster_lib.ClusterSpec], None]
 
 @dataclasses.dataclass(frozen=True)
 class StrategyEntry:
-  """One registered strategy: its builder, and its check of a cluster (None: takes none)."""
+  """One registered strategy: its builder, its check of a cluster (None: takes none), and
+  its traits (`tfdist._choices.StrategyTraits`; None for a strategy tfdist does not know)."""
 
   name: str
   builder: Callable[..., tf.distribute.Strategy]
   check_cluster: Optional[Validator] = None
+  traits: Optional[choices.StrategyTraits] = None
 
 
 STRATEGIES: registry.Registry[StrategyEntry] = registry.Registry("strategy")
 
 
 def register(name: str, builder: Callable[..., tf.distribute.Strategy], *,
-             check_cluster: Optional[Validator] = None) -> StrategyEntry:
-  """Registers `builder` as strategy `name`, with its cluster check; returns the entry."""
-  return STRATEGIES.register(name, StrategyEntry(name, builder, check_cluster))
+             check_cluster: Optional[Validator] = None,
+             traits: Optional[choices.StrategyTraits] = None) -> StrategyEntry:
+  """Registers `builder` as strategy `name`, with its cluster check; returns the entry.
+
+  `traits`: what the mains and the training config derive from (default: tfdist's
+  own traits of `name`, `tfdist._choices.STRATEGIES`, if it is one of them).
+  """
+  if traits is None and name in choices.strategy_names():
+    traits = choices.strategy(name)
+  return STRATEGIES.register(name, StrategyEntry(name, builder, check_cluster, traits))
 
 
 def available_strategies() -> List[str]:

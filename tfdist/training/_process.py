@@ -12,9 +12,10 @@ import sys
 import time
 from typing import Mapping, Optional, Sequence
 
+from tfdist import _choices as choices
 from tfdist.launch import _result_channel as result_channel
 
-SINGLE_MACHINE = ("one_device", "mirrored", "central_storage")
+SINGLE_MACHINE = tuple(choices.strategy_names(choices.SINGLE_MACHINE))
 LOG_TAIL_LINES = 15
 
 

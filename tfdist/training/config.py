@@ -16,13 +16,15 @@ Example:
 import dataclasses
 from typing import Any, Callable, Dict, Optional
 
+from tfdist import _choices as choices
 from tfdist import _keras_support as keras_support
 from tfdist.training import _local_sgd as local_sgd
 
 # The strategies whose cluster can have an evaluator task beside it.
-MULTI_WORKER = ("multi_worker_mirrored", "parameter_server")
+MULTI_WORKER = tuple(s.name for s in choices.STRATEGIES if s.takes_cluster)
 # The strategies that keep one copy of the weights per replica, for local SGD.
-LOCAL_SGD_STRATEGIES = ("multi_worker_mirrored", "mirrored")
+LOCAL_SGD_STRATEGIES = tuple(s.name for s in choices.STRATEGIES if s.copy_per_replica)
+_ASYNCHRONOUS = tuple(s.name for s in choices.STRATEGIES if not s.synchronous)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,10 +74,10 @@ class TrainConfig:
           "`evaluator` adds an evaluator task to the cluster of multi_worker_mirrored or "
           "parameter_server, and it reads the chief's checkpoints in `checkpoint_dir`: give "
           f"both. Received: strategy={self.strategy!r}, checkpoint_dir={self.checkpoint_dir!r}")
-    if self.compress_gradients and self.strategy == "parameter_server":
+    if self.compress_gradients and self.strategy in _ASYNCHRONOUS:
       raise ValueError(
           "`compress_gradients` compresses the all-reduce, and parameter-server training has "
-          "none; drop it or use multi_worker_mirrored. Received: strategy='parameter_server', "
+          f"none; drop it or use multi_worker_mirrored. Received: strategy={self.strategy!r}, "
           "compress_gradients=True")
 
   def _check_local_sgd(self):
