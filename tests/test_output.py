@@ -81,3 +81,20 @@ def test_runs_so_far_say_the_time_in_all_and_about_how_long_the_rest_takes():
   assert output.so_far(1, 6, 12.0) == "12s in all, about 60s left"
   assert output.so_far(3, 6, 300.0) == "5 min in all, about 5 min left"
   assert output.so_far(6, 6, 400.0) == "7 min in all"  # Nothing left: no estimate.
+
+
+def test_each_stage_of_a_long_command_says_which_of_how_many_with_the_time_so_far():
+  now = [100.0]
+  stages = output.Stages(3, start=100.0, clock=lambda: now[0])
+  lines = [stages.next("timing the ways on 2 device(s), side by side")]
+  now[0] = 130.0
+  lines.append(stages.next("timing 2 workers on this machine"))
+  now[0] = 160.0
+  lines.append(stages.next("timing the input pipeline (2 epochs on one device)"))
+  assert lines == [
+      "[1/3] timing the ways on 2 device(s), side by side...",
+      "[2/3] timing 2 workers on this machine... (30s in all, about 60s left)",
+      "[3/3] timing the input pipeline (2 epochs on one device)... (60s in all, about 30s left)"]
+  # A stage past the count (a stage added late) says the time so far, and nothing left.
+  now[0] = 190.0
+  assert stages.next("one more") == "[4/3] one more... (90s in all)"

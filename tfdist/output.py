@@ -17,6 +17,8 @@ or redirect tfdist:
 
 import logging
 import sys
+import time
+from typing import Optional
 
 LOGGER_NAME = "tfdist"
 logger = logging.getLogger(LOGGER_NAME)
@@ -52,6 +54,33 @@ def so_far(done: int, total: int, elapsed: float) -> str:
   """'5 min in all, about 5 min left' after `done` of `total` runs: the rest as long as the mean."""
   left = "" if done >= total else f", about {duration(elapsed / done * (total - done))} left"
   return f"{duration(elapsed)} in all{left}"
+
+
+class Stages:
+  """The stages of a long command, each as `[k/n] what...` with the time so far and left.
+
+  The stages may differ in length: the estimate of what is left is the mean of
+  those done. A main prints each line; library code logs it.
+
+  Example:
+
+      >>> stages = Stages(2)
+      >>> stages.next("measuring on 1 worker")
+      '[1/2] measuring on 1 worker...'
+      >>> stages.next("measuring on 2 workers")   # 30 s later
+      '[2/2] measuring on 2 workers... (30s in all, about 30s left)'
+  """
+
+  def __init__(self, total: int, start: Optional[float] = None, clock=time.monotonic):
+    self.total, self.clock, self.done = total, clock, 0
+    self.start = clock() if start is None else start
+
+  def next(self, what: str) -> str:
+    """The line that starts the next stage, `what`."""
+    elapsed = self.clock() - self.start
+    self.done += 1
+    known = "" if self.done == 1 else f" ({so_far(self.done - 1, self.total, elapsed)})"
+    return f"[{self.done}/{self.total}] {what}...{known}"
 
 
 def set_verbosity(level: str) -> None:

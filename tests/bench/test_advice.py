@@ -58,18 +58,3 @@ def test_a_missing_model_file_is_refused_before_anything_is_measured(capsys):
   with pytest.raises(ValueError, match=r"`--model` names no file.*Received: 'no_such.py'"):
     tfdist.advise("no_such.py")
   assert "measuring" not in capsys.readouterr().out
-
-
-def test_each_measuring_stage_says_which_of_how_many_with_the_time_so_far(caplog):
-  caplog.set_level("INFO", logger="tfdist")
-  now = [100.0]
-  stages = advice._Stages(3, start=100.0, clock=lambda: now[0])
-  stages.log("timing the ways on 2 device(s), side by side")
-  now[0] = 130.0
-  stages.log("timing 2 workers on this machine")
-  now[0] = 160.0
-  stages.log("timing the input pipeline (2 epochs on one device)")
-  assert [r.getMessage() for r in caplog.records if r.name == "tfdist"] == [
-      "  [1/3] timing the ways on 2 device(s), side by side...",
-      "  [2/3] timing 2 workers on this machine... (30s in all, about 60s left)",
-      "  [3/3] timing the input pipeline (2 epochs on one device)... (60s in all, about 30s left)"]

@@ -37,3 +37,8 @@ def test_cli_predicts_checks_and_draws(tmp_path):
   assert "raw tf_keras, same rounds" in result.stdout
   assert written["collective_bytes_per_step"]["tfdist"] > 0
   assert re.search(r"collectives +\d+ per step with tfdist's defaults", result.stdout)
+  # Which run of how many, and from the second on the time so far and left.
+  stages = re.findall(r"^\[(\d)/2\] measuring on (\d) worker\(s\)\.\.\.(.*)$", result.stdout,
+                      re.M)
+  assert [stage[:2] for stage in stages] == [("1", "1"), ("2", "2")], result.stdout[-3000:]
+  assert stages[0][2] == "" and re.fullmatch(r" \(\d+s in all, about \d+s left\)", stages[1][2])

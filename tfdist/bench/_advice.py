@@ -172,19 +172,19 @@ def run(options: AdviseOptions) -> AdviseResult:
   options = dataclasses.replace(options, micro_batches=micro_batches)
   two_workers = cluster.workers > 1 and (options.busbw_gbps is None or
                                          options.latency_ms is None or options.colocated)
-  stage = _Stages(1 + two_workers + _measures_input(options), start)
-  stage.log(f"timing the ways on {devices} device(s), side by side")
+  stages = output.Stages(1 + two_workers + _measures_input(options), start)
+  logger.info("  %s", stages.next(f"timing the ways on {devices} device(s), side by side"))
   here = _run_process("local", options, devices)
   footprint = memory.Footprint(**here["footprint"])
   links, two = None, None
   if cluster.workers > 1:
     if two_workers:
-      stage.log("timing 2 workers on this machine")
+      logger.info("  %s", stages.next("timing 2 workers on this machine"))
       two = _run_two_workers(options, devices)
     links = _links(options, two)
   input_share = None
   if _measures_input(options):
-    stage.log("timing the input pipeline (2 epochs on one device)")
+    logger.info("  %s", stages.next("timing the input pipeline (2 epochs on one device)"))
     input_share = _input_share(options)
   measurements = decision.Measurements(
       batch_size=options.batch_size, footprint=footprint, step=here["seconds"]["step"],
@@ -238,20 +238,6 @@ def _links(options: AdviseOptions, two: Optional[dict]) -> decision.Links:
                                             two["gradient_bytes"], two["busbw"])
   return decision.Links(busbw=busbw, latency=latency,
                         two_workers=None if two is None else two["synced"])
-
-
-class _Stages:
-  """Logs each measuring stage as `[k/n]`, with the time so far and about how long is left."""
-
-  def __init__(self, total: int, start: float, clock=time.monotonic):
-    self.total, self.start, self.clock, self.done = total, start, clock, 0
-
-  def log(self, what: str) -> None:
-    elapsed = self.clock() - self.start
-    self.done += 1
-    # The stages differ in length: the estimate is the mean of those done.
-    so_far = "" if self.done == 1 else f" ({output.so_far(self.done - 1, self.total, elapsed)})"
-    logger.info("  [%d/%d] %s...%s", self.done, self.total, what, so_far)
 
 
 def _measures_input(options: AdviseOptions) -> bool:

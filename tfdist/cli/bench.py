@@ -39,6 +39,7 @@ import sys
 
 from absl import flags
 
+from tfdist import output
 from tfdist.cli import self_launch
 from tfdist.launch import _result_channel as result_channel
 
@@ -182,7 +183,15 @@ def main(argv):
   from tfdist.training import timing
   from tfdist.bench import overhead
   results = {}
-  if "overhead" in _SUITES.value:
+  stages = output.Stages(sum(suite in _SUITES.value for suite in _ALL_SUITES))
+
+  def begins(suite: str) -> bool:
+    """Whether `suite` was asked for; if so, says which of how many it is."""
+    if suite in _SUITES.value:
+      print(f"\n{stages.next(f'suite {suite}')}", flush=True)
+    return suite in _SUITES.value
+
+  if begins("overhead"):
     rows = overhead.strategy_overhead(["one_device", "mirrored", "central_storage"],
                                    ["cnn", "mlp"], _REPEATS.value, steps=_STEPS.value)
     print("\nOverhead: model.fit step time, tfdist strategy / raw tf.distribute; judged by "
@@ -196,7 +205,7 @@ def main(argv):
             f"{cpu['b_ms']:>14.2f} {cpu['ratio']:>7.3f}")
       for name in timing.CLOCKS:
         results[f"overhead_{row['model']}_{row['strategy']}_{name}"] = row[name]["ratio"]
-  if "small_model" in _SUITES.value:
+  if begins("small_model"):
     small = overhead.small_model_overhead(_REPEATS.value, steps=_STEPS.value)
     plain = small["raw"]["wall"]["a_ms"]
     print(f"\nSmall model: MLP 784-512-512-10, batch 64, mirrored over {small['replicas']} "
@@ -209,14 +218,14 @@ def main(argv):
       for name in timing.CLOCKS:
         results[f"small_model_{variant}_mirrored_over_plain_{name}"] = (
             small[variant][name]["ratio"])
-  if "allreduce" in _SUITES.value:
+  if begins("allreduce"):
     results.update(_all_reduce())
-  if "scaling" in _SUITES.value:
+  if begins("scaling"):
     results.update(_scaling())
-  if "advise" in _SUITES.value:
+  if begins("advise"):
     results.update(_advise())
   code = 0
-  if "serving" in _SUITES.value:
+  if begins("serving"):
     serving, code = _serving()
     results.update(serving)
   if _OUTPUT.value:

@@ -35,6 +35,7 @@ import sys
 
 from absl import flags
 
+from tfdist import output
 from tfdist.cli import self_launch
 
 _MODEL = flags.DEFINE_string("model", "cnn", "cnn, convnet, mlp, or a .py file / module "
@@ -65,8 +66,9 @@ def main(argv):
   # Alternated, because on a shared VM a process's step time can sit on a
   # level 2x off for its whole life (docs/measuring.md); one pair can be a fluke.
   pairs = []
+  stages = output.Stages(2 * _PAIRS.value)
   for _ in range(_PAIRS.value):
-    one, two = _measure(workers=1), _measure(workers=2)
+    one, two = _measure(1, stages), _measure(2, stages)
     if one is None or two is None:
       return 1
     pairs.append((one, two))
@@ -132,9 +134,9 @@ def main(argv):
   return 0
 
 
-def _measure(workers: int):
+def _measure(workers: int, stages):
   from tfdist.cluster import ClusterSpec
-  print(f"measuring on {workers} worker(s)...", flush=True)
+  print(stages.next(f"measuring on {workers} worker(s)"), flush=True)
   return self_launch.run_for_result("scale", sys.modules[__name__],
                                     ClusterSpec.local(workers=workers), timeout=900)
 
