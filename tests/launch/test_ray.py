@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -494,3 +495,35 @@ def test_an_actors_folders_go_when_it_is_sigkilled(tmp_path):
   while folder.exists() and time.monotonic() < deadline:
     time.sleep(0.05)
   assert not folder.exists()
+
+
+def test_a_task_actor_hands_back_a_redrawn_line_while_its_task_still_runs(tmp_path):
+  # Keras's bar redraws one line with `\r` until the epoch ends (a state is whole once the
+  # next `\r` comes). Before, the actor read lines up to `\n` and handed back nothing of
+  # the bar until then.
+  release = tmp_path / "release"
+  code = ("import os, sys, time\n"
+          "os.write(1, b'start\\n\\rstep 1/9\\rstep 2/9')\n"
+          f"while not os.path.exists({str(release)!r}): time.sleep(0.05)\n"
+          "os.write(1, b'\\rstep 9/9\\n')\n")
+  actor = launch._ray.TaskProcess()
+  actor._process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                    stdin=subprocess.DEVNULL)
+  try:
+    threading.Thread(target=actor._pump, daemon=True).start()
+    seen, deadline = [], time.monotonic() + 60
+    while "step 1/9" not in seen and time.monotonic() < deadline:
+      lines, code_now = actor.read(timeout=0.1)
+      seen += lines
+      assert code_now is None  # The task is still running, waiting for its release.
+    assert seen == ["start", "step 1/9"]
+    release.touch()
+    while time.monotonic() < deadline:
+      lines, exit_code = actor.read(timeout=0.1)
+      seen += lines
+      if exit_code is not None:
+        break
+    assert (seen, exit_code) == (["start", "step 1/9", "step 9/9"], 0)
+  finally:
+    actor._process.kill()
+    actor._process.wait(timeout=30)

@@ -230,10 +230,13 @@ class TaskProcess:
            f"{ray.get_runtime_context().get_node_id()[:8]})"
 
   def _pump(self) -> None:
-    for raw in iter(self._process.stdout.readline, b""):
+    # As the local launcher reads: Keras's bar, redrawn with `\r`, shows while the epoch runs.
+    supervision.read_lines(self._process.stdout, self._add)
+
+  def _add(self, lines: List[str]) -> None:
+    if lines:
       with self._lock:
-        self._lines.append(raw.decode("utf-8", errors="replace").rstrip("\n"))
-    self._process.stdout.close()
+        self._lines.extend(lines)
 
   def read(self, timeout: float = 0.2) -> Tuple[List[str], Optional[int]]:
     """(lines since the last call, the exit code once it has exited and said everything)."""

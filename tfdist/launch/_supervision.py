@@ -23,7 +23,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Deque, Dict, List, Mapping, Optional
+from typing import Callable, Deque, Dict, List, Mapping, Optional
 
 from tfdist import cluster as cluster_lib
 from tfdist import progress
@@ -245,22 +245,7 @@ class Cluster:
                       must_finish=not server and must_finish(self.spec, task))
 
   def _pump(self, process, prefix, tail) -> None:
-    # Raw reads, not readline: a line redrawn with `\r` would wait for its `\n`.
-    fd = process.stdout.fileno()
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    lines = OutputLines()
-    while True:
-      wait = lines.wait(time.monotonic())
-      if wait is not None and not poller.poll(wait * 1000):
-        self._write(prefix, tail, lines.due(time.monotonic()))  # A redraw held back.
-        continue
-      data = os.read(fd, _READ_BYTES)
-      if not data:
-        break
-      self._write(prefix, tail, lines.feed(data, time.monotonic()))
-    self._write(prefix, tail, lines.close())
-    process.stdout.close()
+    read_lines(process.stdout, lambda lines: self._write(prefix, tail, lines))
 
   def _write(self, prefix: str, tail, lines: List[str]) -> None:
     if not lines:
@@ -455,6 +440,30 @@ class OutputLines:
         return [text]  # Drawn after the state held back: the newer.
       return [] if held is None else [held]
     return [text] if text else []  # Nothing is held after a `\n`.
+
+
+def read_lines(stream, write: Callable[[List[str]], None]) -> None:
+  """Reads a task's output `stream` to its end, giving `write` the lines to pass on as they come
+  (`OutputLines`: a line redrawn with `\\r` too, every REDRAW_SECONDS); closes the stream.
+
+  Raw reads, not readline: a line redrawn with `\\r` would wait for its `\\n`. The local
+  launcher and each Ray node's task actor read this way.
+  """
+  fd = stream.fileno()
+  poller = select.poll()
+  poller.register(fd, select.POLLIN)
+  lines = OutputLines()
+  while True:
+    wait = lines.wait(time.monotonic())
+    if wait is not None and not poller.poll(wait * 1000):
+      write(lines.due(time.monotonic()))  # A redraw held back.
+      continue
+    data = os.read(fd, _READ_BYTES)
+    if not data:
+      break
+    write(lines.feed(data, time.monotonic()))
+  write(lines.close())
+  stream.close()
 
 
 def stop_all(tasks: List[Supervised], grace_period: float) -> None:
