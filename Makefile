@@ -20,7 +20,7 @@ OLDEST_STACK := tensorflow==2.17.1 tf-keras==2.17.0 tensorboard==2.17.1 tensorfl
 # What installing tfdist beside it must leave as it is.
 STACK_PACKAGES := ^(tensorflow|tensorflow-cpu|tf-keras|tf_keras|keras|tensorboard|protobuf|numpy)==
 
-.PHONY: compare test test-fast test-versions install slurm docs
+.PHONY: compare test test-fast test-versions install slurm browser docs
 
 install: $(VENV)/.installed $(CHECKOV)/.installed
 
@@ -49,6 +49,15 @@ slurm:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; \
 	else echo "note: slurm-wlm and munge not installed (needs root and apt-get); SLURM tests will be skipped"; fi
 
+# The docs test opens the built site in headless Chromium (Debian's package): every image
+# loads, no directive is left raw. Without root or apt-get that test is skipped, with the reason.
+browser:
+	@if command -v chromium >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || { \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; \
+	else echo "note: chromium not installed (needs root and apt-get); the browser test will be skipped"; fi
+
 # Three phases: most tests share both cores (whole files per process, so a
 # module's cluster is started once), then the tests marked `alone` (speeds
 # measured side by side, hundreds of ports held) run with nothing else beside them,
@@ -57,7 +66,7 @@ slurm:
 # a regression shows the day it lands. The third phase's TensorFlow is installed while
 # the first runs (that waits mostly on the disk and the network; tfdist itself is
 # installed beside it later, so no build runs in the source tree beside the tests).
-test: install slurm
+test: install slurm browser
 	@($(MAKE) --no-print-directory $(OLDEST)/.stack > $(OLDEST).log 2>&1; \
 	  echo $$? > $(OLDEST).code) & \
 	start=$$(date +%s); $(BIN)/python -m pytest -n 2 --dist loadfile -m "not alone"; \

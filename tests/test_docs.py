@@ -69,20 +69,96 @@ def test_the_python_blocks_of_a_page_run_as_a_reader_runs_them(page, tmp_path):
   assert done.returncode == 0, f"{page}:\n{done.stdout[-3000:]}"
 
 
-@pytest.mark.slow
-def test_the_site_builds_strictly(tmp_path):
-  # --strict: a broken link, a reference mkdocstrings cannot resolve, or a
-  # docstring griffe cannot parse fails the build.
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+  """The built site's folder: built once, strictly (a broken link, a reference mkdocstrings
+  cannot resolve, or a docstring griffe cannot parse fails the build)."""
+  folder = tmp_path_factory.mktemp("site")
   done = helpers.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
-                      str(tmp_path / "site")], timeout=300)
+                      str(folder)], timeout=300)
   assert done.returncode == 0, done.stdout[-3000:]
-  reference = (tmp_path / "site" / "reference" / "strategies" / "index.html").read_text()
+  return folder
+
+
+@pytest.mark.slow
+def test_the_site_builds_strictly(site):
+  reference = (site / "reference" / "strategies" / "index.html").read_text()
   assert "make_strategy" in reference and "ClusterSpec" in (
-      tmp_path / "site" / "reference" / "cluster" / "index.html").read_text()
-  launch = (tmp_path / "site" / "reference" / "launch" / "index.html").read_text()
+      site / "reference" / "cluster" / "index.html").read_text()
+  launch = (site / "reference" / "launch" / "index.html").read_text()
   # The reference renders the public surface only: no implementation module.
   assert 'id="tfdist.launch.LocalLauncher"' in launch
   assert not re.search(r'id="tfdist\.launch\.(supervision|local|ray_placement)\b', launch)
+
+
+# Run once the page has loaded, in the test's own copy of each page it serves: which images
+# did not load, and how many there are, written where --dump-dom shows them.
+_IMAGE_CHECK = (b"<script>addEventListener('load', () => {const bad = [...document.images]"
+                b".filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src);"
+                b"document.body.dataset.brokenImages = JSON.stringify(bad);"
+                b"document.body.dataset.images = document.images.length;});</script>")
+# A page, an image-heavy page and a guide, opened as a reader opens them.
+BROWSED = {"index.html": 0, "benchmarks/index.html": 13,
+           "guides/choosing-a-strategy/index.html": 1}
+
+
+def _serve(folder):
+  """An HTTP server of `folder` on loopback that adds _IMAGE_CHECK to each page; it runs
+  in a thread until shut down."""
+  import functools
+  import http.server
+  import threading
+
+  class Handler(http.server.SimpleHTTPRequestHandler):
+    def send_head(self):
+      path = self.translate_path(self.path)
+      if os.path.isdir(path):
+        path = os.path.join(path, "index.html")
+      if not path.endswith(".html") or not os.path.isfile(path):
+        return super().send_head()
+      with open(path, "rb") as f:
+        body = f.read().replace(b"</body>", _IMAGE_CHECK + b"</body>")
+      self.send_response(200)
+      self.send_header("Content-Type", "text/html; charset=utf-8")
+      self.send_header("Content-Length", str(len(body)))
+      self.end_headers()
+      import io
+      return io.BytesIO(body)
+
+    def log_message(self, *args):
+      pass
+
+  server = http.server.ThreadingHTTPServer(
+      ("127.0.0.1", 0), functools.partial(Handler, directory=str(folder)))
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  return server
+
+
+@pytest.mark.slow
+def test_pages_open_in_a_browser_with_every_image_loaded_and_no_raw_directive(site, tmp_path):
+  import shutil
+  browser = shutil.which("chromium") or shutil.which("chromium-browser")
+  if browser is None:
+    pytest.skip("no Chromium: `make browser` installs Debian's (needs root and apt-get)")
+  server = _serve(site)
+  try:
+    for page, images in BROWSED.items():
+      # --no-sandbox: CI runs as root, where Chromium's sandbox will not start.
+      done = helpers.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                          f"--user-data-dir={tmp_path / 'profile'}",
+                          "--virtual-time-budget=10000", "--dump-dom",
+                          f"http://127.0.0.1:{server.server_address[1]}/{page}"], timeout=120)
+      assert done.returncode == 0, done.stdout[-3000:]
+      dom = done.stdout
+      attributes = dict(re.findall(r'data-(broken-images|images)="([^"]*)"', dom))
+      assert set(attributes) == {"broken-images", "images"}, (page, dom[-2000:])  # It ran.
+      assert attributes["broken-images"] == "[]", (page, attributes)
+      assert int(attributes["images"]) >= images, (page, attributes)
+      # A directive the site did not render (mkdocstrings' `::: module`) shows as text.
+      assert not re.search(r">\s*:::\s", dom), page
+      assert "<article" in dom, page
+  finally:
+    server.shutdown()
 
 
 @pytest.mark.slow
