@@ -144,7 +144,9 @@ def test_pages_open_in_a_browser_with_every_image_loaded_and_no_raw_directive(si
   try:
     for page, images in BROWSED.items():
       # --no-sandbox: CI runs as root, where Chromium's sandbox will not start.
+      # --disable-dev-shm-usage: a container's /dev/shm can be too small for a page.
       done = helpers.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--disable-dev-shm-usage",
                           f"--user-data-dir={tmp_path / 'profile'}",
                           "--virtual-time-budget=10000", "--dump-dom",
                           f"http://127.0.0.1:{server.server_address[1]}/{page}"], timeout=120)

@@ -492,14 +492,16 @@ def _rows_of_these_steps(steps: int) -> list:
   """The folders' rows of `steps` steps: the tasks that have run the steps the chief has.
 
   In a synchronous job each task ends the epoch's last step with the chief and
-  writes its row then: this waits for those rows, at most WRITE_SECONDS. A row
+  writes its row then: this waits for those rows, at most WRITE_SECONDS (twice that where
+  they come through the shared folder). A row
   of other steps is left out: an earlier one (its first steps' times, up to
   WRITE_SECONDS old) or a task's whose steps wait for no one's (it is behind,
   or has ended, or trained something else meanwhile), whose times cover other
   steps than the chief's and named a task that was not slow. The launcher's
   summary at the job's end compares every task's whole row.
   """
-  deadline = time.monotonic() + step_times.WRITE_SECONDS
+  # On SLURM each task's wrapper copies its row to the shared folder once a second more.
+  deadline = time.monotonic() + step_times.WRITE_SECONDS * (2 if _reporter.shared else 1)
   while True:
     rows = _rows_in_folders()
     if all(not 0 < row.steps < steps for row in rows) or time.monotonic() >= deadline:

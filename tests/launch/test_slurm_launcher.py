@@ -305,6 +305,27 @@ def test_a_stalled_task_dumps_its_stacks_says_where_and_the_step_runs_again(slur
                    r"worker:0 +5 .*\nworker:1 +5 ", out, re.M), out[-3000:]
 
 
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_the_chief_names_a_straggler_as_the_job_trains_from_the_rows_the_wrappers_share(
+    slurm, tmp_path):
+  # Each task has a progress folder of its own here; each wrapper copies its row into the
+  # job's records folder once a second, and the chief waits for the rows of the steps it
+  # ran there (tfdist.progress). Worker 1's input sleeps 0.1 s a batch.
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", "--slurm", "--workers=2", "--timeout=120", f"--work_dir={tmp_path}", "--",
+      *helpers.python(os.path.join(helpers.SCRIPTS, "stall.py"), "slow", str(tmp_path))),
+      timeout=200, env={"SLURM_CONF": slurm.conf})
+  out = result.stdout
+  assert result.returncode == 0, out[-3000:]
+  # Rank 0's line, logged as its epoch ended, before the launch's table at the job's end.
+  named = re.search(r"^0: tfdist: worker:1 holds the others back, waiting for its input", out,
+                    re.M)
+  table = out.find("[tfdist launch] per task, its training steps:")
+  assert named and 0 <= named.start() < table, out[-3000:]
+  assert "markedly slower" not in out, out[-3000:]
+
+
 MIRRORED = "import tensorflow as tf; tf.distribute.MirroredStrategy()"
 
 
