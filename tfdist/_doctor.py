@@ -75,7 +75,7 @@ def _stack_rows(report: Report) -> List[Tuple[str, str]]:
           f"follows its TensorFlow's minor version (pip install 'tf-keras=="
           f"{tf_minor[0]}.{tf_minor[1]}.*'; none is released for some TensorFlows: use "
           "Keras 3 there).")
-  keras = _stack.installed("keras") or _stack.installed("keras-nightly")
+  keras = next(filter(None, map(_stack.installed, _stack.KERAS_DISTRIBUTIONS)), None)
   rows.append(("keras", "not installed" if keras is None else _supported(keras, "keras")))
   rows.append(("tf.keras is", _tf_keras_is()))
   rows.append(("tensorboard", _stack.installed("tensorboard") or

@@ -34,6 +34,8 @@ PYTHON = ((3, 10), (3, 13))
 TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-intel",
                             "tensorflow-macos", "tf-nightly", "tf-nightly-cpu")
 NIGHTLIES = ("tf-nightly", "tf-nightly-cpu")
+# Keras 3, released or the nightly a TensorFlow release candidate installs.
+KERAS_DISTRIBUTIONS = ("keras", "keras-nightly")
 # What `tensorflow[and-cuda]` adds: NVIDIA's CUDA libraries as packages.
 _AND_CUDA_MARKER = "nvidia-cudnn-cu12"
 # The stack's distributions, in the order a constraints file lists them.

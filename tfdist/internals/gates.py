@@ -32,7 +32,7 @@ MODULES = (tensorflow, strategy_watch, strategy_scope, xplane, tf_keras, fit_cal
 _DISTRIBUTIONS = {
     "TensorFlow": _stack.TENSORFLOW_DISTRIBUTIONS,
     "tf_keras": ("tf-keras",),
-    "Keras": ("keras", "keras-nightly"),
+    "Keras": _stack.KERAS_DISTRIBUTIONS,
 }
 
 
