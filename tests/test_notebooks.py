@@ -39,6 +39,21 @@ def test_every_untimed_notebook_exists():
   assert set(UNTIMED) <= {os.path.basename(path) for path in NOTEBOOKS}
 
 
+# The notebooks that draw their answer with matplotlib: a run of each must show an image.
+PLOTTED = ("01_devices_and_placement.ipynb", "02_data_vs_model_parallelism.ipynb",
+           "03_mirrored_and_central_storage.ipynb", "05_parameter_server_async.ipynb",
+           "06_all_reduce_algorithms.ipynb", "07_tf_data_autotune.ipynb",
+           "08_batch_size_learning_rate_and_accumulation.ipynb", "09_training_to_serving.ipynb",
+           "10_why_the_first_epoch_is_slower.ipynb", "11_threads_and_cores.ipynb",
+           "12_stragglers_sync_vs_async.ipynb", "13_which_strategy_when.ipynb",
+           "14_branches_across_devices.ipynb", "15_data_and_model_parallelism_together.ipynb",
+           "16_one_layer_over_devices.ipynb")
+
+
+def test_every_plotted_notebook_exists():
+  assert set(PLOTTED) <= {os.path.basename(path) for path in NOTEBOOKS}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p not in TIMED], ids=os.path.basename)
 def test_runs_top_to_bottom(path, monkeypatch, tmp_path):
@@ -74,3 +89,7 @@ def _run(path, monkeypatch, tmp_path):
   printed = "".join(output.get("text", "") for cell in notebook.cells
                     for output in cell.get("outputs", []) if output.get("name") == "stdout")
   assert printed.strip(), "the notebook printed no measurements"
+  if os.path.basename(path) in PLOTTED:
+    images = sum("image/png" in output.get("data", {}) for cell in notebook.cells
+                 for output in cell.get("outputs", []))
+    assert images, f"{os.path.basename(path)} is in PLOTTED but showed no image (image/png)"
