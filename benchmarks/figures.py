@@ -2,11 +2,11 @@
 
     python benchmarks/figures.py [--out_dir=docs/images] [--results_dir=benchmarks/results]
 
-Each JSON file in `--results_dir` holds one table of docs/benchmarks.md, copied
-from the page: its `title`, the `date` it was measured (YYYY-MM-DD), the
-`machine`, the `command` that reproduces it, the `source` (the page's heading
-of its section), an optional `note`, and its numbers as `panels`, drawn side
-by side. A panel is either
+Each JSON file in `--results_dir` holds one table of a page in docs/benchmarks/
+(docs/benchmarks.md shows the figures), copied from the page: its `title`, the
+`date` it was measured (YYYY-MM-DD), the `machine`, the `command` that
+reproduces it, the `source` (the page's heading of its section), an optional
+`note`, and its numbers as `panels`, drawn side by side. A panel is either
 
   {"kind": "bars", "value_label": "step (ms)", "categories": [...],
    "series": [{"label": ..., "values": [...], "low": [...], "high": [...]}]}
@@ -250,11 +250,23 @@ def _lines(axes, panel: dict) -> None:
   axes.set_ylabel(panel["y_label"])
 
 
+def _page_of(source: str) -> str:
+  """The docs page whose heading is `source` (its section holds the table), from the checkout."""
+  pages = [os.path.join("docs", "benchmarks.md")] + sorted(
+      os.path.relpath(path, _REPO) for path in glob.glob(os.path.join(_REPO, "docs", "benchmarks",
+                                                                     "*.md")))
+  for page in pages:
+    with open(os.path.join(_REPO, page), encoding="utf-8") as f:
+      if re.search(rf"^#+ {re.escape(source)}\s*$", f.read(), re.M):
+        return page
+  return pages[0]
+
+
 def _caption(figure: dict, data_path: str) -> list:
   lines = [figure["note"]] if figure.get("note") else []
   lines += [f"Measured {figure['date']} on {figure['machine']}.",
             f"Command: {figure['command']}",
-            f"Data: {data_path} (docs/benchmarks.md, \"{figure['source']}\"); "
+            f"Data: {data_path} ({_page_of(figure['source'])}, \"{figure['source']}\"); "
             "image: python benchmarks/figures.py"]
   return [wrapped for line in lines for wrapped in textwrap.wrap(line, 150)]
 

@@ -11,7 +11,7 @@ many collectives the step launched, how many of them started before the last
 backward op ended, and when the first started relative to that end (negative:
 it overlapped). With `--output` it writes the same as JSON.
 
-What it found here (docs/benchmarks.md, "One synchronisation per step"): with one pack
+What it found here (docs/benchmarks/scaling.md, "Benchmark and scaling numbers"): with one pack
 the all-reduce starts after the backward pass; with small packs TF launches
 the first pack (the last layers' gradients: TF reverses the list for that)
 before the backward pass ends, and the rest in order after it.

@@ -3,7 +3,7 @@
     python benchmarks/serving_in_process.py --clients=16 --rounds=3
 
 The batching server's HTTP and JSON handling costs more than the default
-CNN (docs/benchmarks.md, "Serving with request batching"), so there a longer
+CNN (docs/benchmarks/serving.md, "Serving with request batching"), so there a longer
 window cannot raise requests/s. Here the same batched function the server
 builds, `tfdist.bench.batched` (TensorFlow's `BatchFunction` op around the
 SavedModel's `serving_default`), is called directly by `--clients` threads, one row per

@@ -126,7 +126,8 @@ PRIVATE_MODULES = ("tensorflow.python", "keras.src", "tf_keras.src")
 # Private names of Python's own that library code may use.
 STDLIB_PRIVATE = {"os._exit", "sys._getframe"}
 # Every private TensorFlow and Keras symbol tfdist uses, all in tfdist/internals.
-# A new one is a decision: add it here, gated and documented (docs/known_issues.md).
+# A new one is a decision: add it here, gated and documented (docs/architecture.md,
+# "Private TensorFlow and Keras code", and docs/known_issues.md).
 INVENTORY = {
     # tensorflow.py
     "tensorflow.python.distribute.collective_all_reduce_strategy",

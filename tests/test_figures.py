@@ -1,10 +1,15 @@
-"""benchmarks/figures.py: one command draws every image the docs show, from the page's own numbers."""
+"""benchmarks/figures.py: one command draws every image the docs show, from the pages' own numbers.
+
+The numbers live on the benchmarks pages under docs/benchmarks/, one table each in the
+section a results file's "source" names; docs/benchmarks.md, the overview, shows the
+figures, each beside a link to that section."""
 
 import datetime
 import glob
 import json
 import os
 import re
+import unicodedata
 
 import pytest
 
@@ -14,7 +19,8 @@ SCRIPT = os.path.join(helpers.REPO, "benchmarks", "figures.py")
 RESULTS = os.path.join(helpers.REPO, "benchmarks", "results")
 DOCS = os.path.join(helpers.REPO, "docs")
 IMAGES = os.path.join(DOCS, "images")
-BENCHMARKS_PAGE = os.path.join(DOCS, "benchmarks.md")
+OVERVIEW = os.path.join(DOCS, "benchmarks.md")
+DETAIL_PAGES = os.path.join(DOCS, "benchmarks")
 _IMAGE_LINK = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.png)\)")
 _HEADING = re.compile(r"^#{1,6} (.+)$", re.M)
 
@@ -36,16 +42,43 @@ def _png_size(path):
   return int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
 
 
-def _section(heading):
-  """The text of docs/benchmarks.md under `heading`, up to the next heading of any level."""
-  with open(BENCHMARKS_PAGE) as f:
-    page = f.read()
-  headings = list(_HEADING.finditer(page))
-  for index, match in enumerate(headings):
-    if match.group(1).strip() == heading:
-      end = headings[index + 1].start() if index + 1 < len(headings) else len(page)
-      return page[match.end():end]
-  raise AssertionError(f"docs/benchmarks.md has no heading {heading!r}")
+def _benchmark_pages():
+  """The overview, then every page under docs/benchmarks/."""
+  return [OVERVIEW] + sorted(glob.glob(os.path.join(DETAIL_PAGES, "*.md")))
+
+
+def _sections(page):
+  """(heading, text) of each section of `page`: the text under a heading, up to the next
+  heading of any level."""
+  with open(page) as f:
+    text = f.read()
+  headings = list(_HEADING.finditer(text))
+  return [(match.group(1).strip(),
+           text[match.end():headings[index + 1].start() if index + 1 < len(headings) else None])
+          for index, match in enumerate(headings)]
+
+
+def _slug(heading):
+  """The anchor the site gives `heading`: Python-Markdown's toc slug of its text."""
+  text = unicodedata.normalize("NFKD", heading.replace("`", ""))
+  text = re.sub(r"[^\w\s-]", "", text.encode("ascii", "ignore").decode("ascii")).strip().lower()
+  return re.sub(r"[-\s]+", "-", text)
+
+
+def _source(heading):
+  """(page, text) of the one section of the benchmarks pages headed `heading`."""
+  found = [(page, text) for page in _benchmark_pages() for found_heading, text in _sections(page)
+           if found_heading == heading]
+  assert len(found) == 1, f"{len(found)} sections of the benchmarks pages are headed {heading!r}"
+  return found[0]
+
+
+def _overview_shows_beside_a_link(name, page, heading):
+  """Whether a section of the overview shows images/<name>.png and links to `heading` on
+  `page`."""
+  link = f"({os.path.relpath(page, DOCS)}#{_slug(heading)})"
+  return any(f"(images/{name}.png)" in text and link in text
+             for _, text in _sections(OVERVIEW))
 
 
 def _numbers(figure):
@@ -95,7 +128,7 @@ def test_the_command_draws_every_results_file_as_a_small_png(tmp_path):
 def test_every_image_a_page_shows_is_one_the_command_makes():
   shown = list(_shown_images())
   made = {f"{name}.png" for name in _results()}
-  assert len(shown) >= len(made)  # Each figure is shown at least once, beside its table.
+  assert len(shown) >= len(made)  # Each figure is shown at least once, on the overview.
   for page, link, path in shown:
     assert os.path.dirname(path) == IMAGES, f"{page}: {link} is not in docs/images"
     assert os.path.basename(path) in made, f"{page}: {link} is made by no results file"
@@ -116,12 +149,32 @@ def test_each_figure_is_the_numbers_of_its_section_with_their_date_machine_and_c
     assert isinstance(figure.get(key), str) and figure[key].strip(), f"{name}: {key}"
   datetime.date.fromisoformat(figure["date"])
   assert "2-core development VM" in figure["machine"], figure["machine"]
-  section = _section(figure["source"])
-  assert figure["date"] in section, f"{name}: {figure['date']} is not in {figure['source']!r}"
-  assert f"(images/{name}.png)" in section, f"{name}: not shown in {figure['source']!r}"
+  page, section = _source(figure["source"])
+  where = f"{os.path.relpath(page, helpers.REPO)}, {figure['source']!r}"
+  assert figure["date"] in section, f"{name}: {figure['date']} is not in {where}"
+  assert f"`benchmarks/results/{name}.json`" in section, f"{name}: {where} does not name its file"
+  # Shown in its own section, or on the overview beside a link to that section.
+  shown_there = re.search(r"\((?:\.\./)?images/" + re.escape(name) + r"\.png\)", section)
+  assert shown_there or _overview_shows_beside_a_link(name, page, figure["source"]), (
+      f"{name}: shown neither in {where} nor on the overview beside a link to it")
   # Copied from the page, not measured again: every number drawn is written in its section.
   missing = [value for value in _numbers(figure) if not _written(value, section)]
-  assert not missing, f"{name}: not in {figure['source']!r}: {missing}"
+  assert not missing, f"{name}: not in {where}: {missing}"
+
+
+def test_the_overview_links_every_benchmarks_page_and_repeats_none_of_its_numbers():
+  # A number is written once, on the page of its area; the overview shows the figures
+  # and links there. No line with a digit is on both.
+  with open(OVERVIEW) as f:
+    overview = f.read()
+  numbered = {line.strip() for line in overview.splitlines() if re.search(r"\d", line)}
+  pages = _benchmark_pages()[1:]
+  assert pages
+  for page in pages:
+    assert f"(benchmarks/{os.path.basename(page)})" in overview, f"no link to {page}"
+    with open(page) as f:
+      repeated = numbered & {line.strip() for line in f}
+    assert not repeated, f"docs/benchmarks.md repeats {os.path.relpath(page, DOCS)}: {repeated}"
 
 
 def _bad(tmp_path, edit):

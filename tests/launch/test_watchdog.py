@@ -237,9 +237,9 @@ def test_a_slow_but_moving_worker_gets_no_alarm_and_is_named_the_input_bound_str
 @pytest.mark.slow
 def test_every_task_is_profiled_into_one_log_directory_with_its_table(tmp_path):
   # TF 2.21's profiler aborts a non-chief task now and then when it collects the trace (a
-  # use-after-free in TensorFlow, docs/known_issues.md; 3 runs of 20 of this job): the
-  # launch names it, and the job runs again, as the guide tells users to. Three aborts in a
-  # row (under 1% by that rate) fail the test.
+  # use-after-free in TensorFlow, docs/known_issues.md; 3 runs of 20 of this job,
+  # docs/measuring.md): the launch names it, and the job runs again, as the guide tells
+  # users to. Three aborts in a row (under 1% by that rate) fail the test.
   profile_dir = tmp_path / "profile"
   for _ in range(3):
     shutil.rmtree(profile_dir, ignore_errors=True)

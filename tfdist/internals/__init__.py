@@ -10,5 +10,6 @@ Each names the versions it was tested with (`TESTED`), checks them before it
 changes anything (`versions.check`: a warning naming the version on others,
 and nothing changed), and each patch comes as `enable_<name>()` with its undo
 `disable_<name>()` and the public issue it works around, listed in `PATCHES`.
+docs/architecture.md lists each use (Private TensorFlow and Keras code), and
 docs/known_issues.md tells why each is needed.
 """
