@@ -115,8 +115,13 @@ def _check_panel(where: str, panel) -> None:
                        f"Received: {categories!r}")
     if "marks" in panel:
       marks = panel["marks"]
-      _numbers(f"{where}.marks.values", marks.get("values") if isinstance(marks, dict) else marks,
-               length=len(categories))
+      if not isinstance(marks, dict):
+        raise ValueError(f"`{where}.marks` must be {{'label': ..., 'values': [...]}}. "
+                         f"Received: {marks!r}")
+      _numbers(f"{where}.marks.values", marks.get("values"), length=len(categories))
+    if "x_scale" in panel:
+      raise ValueError(f"`{where}.x_scale` is for a lines panel; bars have no x axis. "
+                       f"Received: {panel['x_scale']!r}")
   if panel.get("x_scale", "linear") not in ("linear", "log", "log2"):
     raise ValueError(f"`{where}.x_scale` must be 'linear', 'log' or 'log2'. "
                      f"Received: {panel['x_scale']!r}")

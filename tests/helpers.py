@@ -23,6 +23,10 @@ def _environment(env: Optional[Mapping[str, str]]) -> dict:
   return full_env
 
 
+# A time as tfdist.output.duration writes it: "23s", "14 min" or "2 h 05 min".
+DURATION = r"(?:\d+s|\d+ min|\d+ h \d\d min)"
+
+
 def _kill_group(process: subprocess.Popen) -> None:
   try:
     os.killpg(process.pid, signal.SIGKILL)  # Grandchildren too.

@@ -3,6 +3,7 @@
 import importlib
 import importlib.util
 import inspect
+import io
 import os
 import re
 import subprocess
@@ -122,7 +123,6 @@ def _serve(folder):
       self.send_header("Content-Type", "text/html; charset=utf-8")
       self.send_header("Content-Length", str(len(body)))
       self.end_headers()
-      import io
       return io.BytesIO(body)
 
     def log_message(self, *args):
@@ -161,6 +161,7 @@ def test_pages_open_in_a_browser_with_every_image_loaded_and_no_raw_directive(si
       assert "<article" in dom, page
   finally:
     server.shutdown()
+    server.server_close()
 
 
 @pytest.mark.slow

@@ -208,6 +208,14 @@ def _null(figure):
   figure["panels"][0]["series"][0]["values"][0] = None
 
 
+def _bare_marks(figure):
+  figure["panels"][0]["marks"] = [0.9] * 5
+
+
+def _bars_on_a_log_scale(figure):
+  figure["panels"][0]["x_scale"] = "log"
+
+
 @pytest.mark.parametrize("edit, match", [
     pytest.param(_no_command, r"`command` must be a non-empty string.*Received: command=None",
                  id="no command"),
@@ -218,6 +226,10 @@ def _null(figure):
     pytest.param(_date, r"`date` must be YYYY-MM-DD\. Received: '24 November 2026'", id="date"),
     pytest.param(_null, r"`panels\[0\]\.series\[0\]\.values\[0\]` is null without a low and "
                  r"a high", id="null without a range"),
+    pytest.param(_bare_marks, r"`panels\[0\]\.marks` must be \{'label': \.\.\., 'values': "
+                 r"\[\.\.\.\]\}\. Received: \[0\.9", id="marks without labels"),
+    pytest.param(_bars_on_a_log_scale, r"`panels\[0\]\.x_scale` is for a lines panel; bars "
+                 r"have no x axis\. Received: 'log'", id="x_scale on bars"),
 ])
 def test_a_results_file_it_cannot_draw_is_an_error_naming_it(tmp_path, edit, match):
   path = _bad(tmp_path, edit)

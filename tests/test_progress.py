@@ -112,12 +112,14 @@ def test_a_summary_that_fails_warns_and_training_goes_on(tmp_path, monkeypatch):
   monkeypatch.setattr(progress._reporter, "chief", True)
   monkeypatch.setattr(progress._reporter, "stem", str(tmp_path / "worker-0"))
   monkeypatch.setattr(progress.step_times, "straggler", broken)
+  monkeypatch.setattr(progress, "_naming", None)
   records = []
   handler = logging.Handler()
   handler.emit = records.append
   logging.getLogger("tfdist").addHandler(handler)
   try:
     progress.epoch_end()
+    progress._named(30)
   finally:
     logging.getLogger("tfdist").removeHandler(handler)
   assert [r.getMessage() for r in records] == [
@@ -142,11 +144,13 @@ def _chief_at_epoch_end(tmp_path, monkeypatch, steps, rows, later=None):
   monkeypatch.setattr(progress._reporter, "chief", True)
   monkeypatch.setattr(progress._reporter, "stem", str(tmp_path / "worker-0"))
   monkeypatch.setattr(progress._reporter, "steps", steps)
+  monkeypatch.setattr(progress, "_naming", None)
   writer = threading.Timer(0.2, lambda: [write(row) for row in later or ()])
   writer.start()
   try:
     with helpers.tfdist_messages() as messages:
-      progress.epoch_end()
+      progress.epoch_end()  # The chief waits for the rows beside training: it returns at once.
+      progress._named(30)
   finally:
     writer.cancel()
     writer.join()

@@ -42,6 +42,11 @@ class StrategyTraits:
   kind: str
   copy_per_replica: bool
 
+  def __post_init__(self):
+    if self.kind not in KINDS:
+      raise ValueError(f"`kind` must be one of {list(KINDS)}. Received: kind={self.kind!r} "
+                       f"for strategy {self.name!r}")
+
   @property
   def takes_cluster(self) -> bool:
     """Whether it runs over a cluster of tasks (TF_CONFIG), and a cluster may add an evaluator."""

@@ -3,19 +3,21 @@
 A launched task (`tfdist.progress`) keeps its last `WINDOW` step times and
 input waits, and every `WRITE_SECONDS` (and at each epoch's end and the end of
 training) writes their median and p95 to `<task>.steps` beside its progress
-file. The chief names a task markedly slower than the others at each epoch's
-end; the launcher prints every task's row at the job's end (`table`,
+file. At each epoch's end the chief compares the tasks that ran the steps it
+ran; the launcher prints every task's whole row at the job's end (`table`,
 `straggler`). No TensorFlow here.
 
 In a synchronous job every task's step lasts as long as the slowest's (the
 others wait for it in the collectives), so step times alone name no one:
 the task whose input wait stands out is the one the others wait for. A task
-whose own steps are slower (a job whose tasks do not wait for each other, as
-parameter-server workers do not) is named by its step time, and why by its
-input wait. Its median step and its mean both stand out: in a synchronous job
-the tasks' medians can differ (a chief's checkpoint lands in one step of its
-own, while the others wait for it in the next step's collective), but over
-the same steps every task keeps the same pace.
+whose own steps are slower (a job whose tasks do not wait for each other:
+each trains alone) is named by its step time, and why by its input wait. Its
+median step and its mean both stand out: in a synchronous job the tasks'
+medians can differ (a chief's checkpoint lands in one step of its own, while
+the others wait for it in the next step's collective), but over the same
+steps every task keeps the same pace. Such tasks are at different steps at
+any one time, so the launcher's summary of whole rows at the job's end is
+what names one.
 
 Example:
 

@@ -93,6 +93,9 @@ STEPS_KEY = "tfdist/steps/{task}"
 # How long the chief waits for one task's row (a publish deletes the old row before it
 # inserts the new one: a read between waits), and for all of them, at an epoch's end.
 READ_ROW_MS, READ_ROWS_SECONDS = 500, 2.0
+# The chief's wait for the other tasks' rows of an epoch (their writes at its end; on
+# SLURM, the wrappers' copies once a second; in pods, the publisher's next send).
+ROWS_WAIT_SECONDS = 2 * step_times.WRITE_SECONDS
 # "0": no input stamp (`stamped_input`): step times only, none of its cost per element.
 INPUT_WAIT_ENV = variables.INPUT_WAIT
 # Seconds between the status lines a task logs while an epoch of a Keras `fit` runs
@@ -461,22 +464,45 @@ def training_begins() -> None:
 
 
 def epoch_end() -> None:
-  """Writes this task's step times now; the chief names a task markedly slower than the rest.
+  """Writes this task's step times now; the chief names a straggler, in a thread of its own.
 
-  Keras `fit` and `tfdist.training.loop` call it at each epoch's end.
+  Keras `fit` and `tfdist.training.loop` call it at each epoch's end. The chief
+  waits for the other tasks' rows of this epoch (`_rows_of_these_steps`) beside
+  training, not in its way; one wait at a time (an epoch that ends while the
+  last one's still waits names no one).
   """
+  global _naming
   try:
     with _reporter.lock:
       _reporter.write_steps(time.monotonic())
-    if _reporter.chief and _reporter.stem is not None:
-      rows = _rows_of_these_steps(_reporter.steps)
-      if _reporter.publishing:
-        rows += _published_rows(_reporter.peers)
-      line = step_times.straggler(rows)
-      if line:
-        logger.warning("tfdist: %s", line)
+      steps = _reporter.steps
+    if not _reporter.chief or _reporter.stem is None:
+      return
+    if _naming is not None and _naming.is_alive():
+      return
+    _naming = threading.Thread(target=_name_straggler, args=(steps,), daemon=True,
+                               name="tfdist-straggler")
+    _naming.start()
   except Exception as error:  # pylint: disable=broad-except  A report never stops training.
     logger.warning("tfdist: the step times of this epoch were not summarized: %r", error)
+
+
+_naming: Optional[threading.Thread] = None  # The chief's wait for this epoch's rows, if any.
+
+
+def _name_straggler(steps: int) -> None:
+  try:
+    line = step_times.straggler(_rows_of_these_steps(steps))
+    if line:
+      logger.warning("tfdist: %s", line)
+  except Exception as error:  # pylint: disable=broad-except  A report never stops training.
+    logger.warning("tfdist: the step times of this epoch were not summarized: %r", error)
+
+
+def _named(timeout: float) -> None:
+  """Waits, at most `timeout` seconds, for the chief's last straggler line."""
+  if _naming is not None:
+    _naming.join(timeout)
 
 
 def _rows_in_folders() -> list:
@@ -489,24 +515,25 @@ def _rows_in_folders() -> list:
 
 
 def _rows_of_these_steps(steps: int) -> list:
-  """The folders' rows of `steps` steps: the tasks that have run the steps the chief has.
+  """Every task's row of `steps` steps: the tasks that have run the steps the chief has.
 
   In a synchronous job each task ends the epoch's last step with the chief and
-  writes its row then: this waits for those rows, at most WRITE_SECONDS (twice that where
-  they come through the shared folder). A row
-  of other steps is left out: an earlier one (its first steps' times, up to
-  WRITE_SECONDS old) or a task's whose steps wait for no one's (it is behind,
-  or has ended, or trained something else meanwhile), whose times cover other
-  steps than the chief's and named a task that was not slow. The launcher's
-  summary at the job's end compares every task's whole row.
+  writes its row then: this waits for those rows, at most ROWS_WAIT_SECONDS.
+  A row of other steps is left out: an earlier one (its first steps' times) or
+  the row of a task whose steps wait for no one's (it is behind, has ended, or
+  trained something else meanwhile). Its times cover other steps than the
+  chief's, and named a task that was not slow. The launcher's summary at the
+  job's end compares every task's whole row.
   """
-  # On SLURM each task's wrapper copies its row to the shared folder once a second more.
-  deadline = time.monotonic() + step_times.WRITE_SECONDS * (2 if _reporter.shared else 1)
+  deadline = time.monotonic() + ROWS_WAIT_SECONDS
   while True:
     rows = _rows_in_folders()
+    if _reporter.publishing:
+      own = {row.task for row in rows}
+      rows += [row for row in _published_rows(_reporter.peers) if row.task not in own]
     if all(not 0 < row.steps < steps for row in rows) or time.monotonic() >= deadline:
       return [row for row in rows if row.steps == steps]
-    time.sleep(0.02)
+    time.sleep(0.05)
 
 
 def _stampable(dataset, strategy) -> bool:
@@ -557,9 +584,11 @@ def stamped_input(dataset, strategy=None):
 def training_end() -> None:
   """Tells the watchdog that this task's training is over: a slow exit is no stall.
 
-  A profile still recording (training ended inside its steps) is written now.
+  A profile still recording (training ended inside its steps) is written now, and
+  the chief's straggler line of the last epoch is waited for.
   """
   _reporter.report(0, END)
+  _named(ROWS_WAIT_SECONDS + READ_ROWS_SECONDS)
   if _reporter.profiling:
     sys.modules["tensorflow"].profiler.experimental.stop()
     _reporter.profiling, _reporter.profile = False, None

@@ -32,8 +32,8 @@ def test_cli_writes_one_key_per_ratio(tmp_path):
   assert "bus bandwidth / loopback TCP" in result.stdout
   # Which suite of how many runs, and from the second on the time so far and left.
   assert "\n[1/2] suite small_model...\n" in result.stdout, result.stdout[-3000:]
-  assert re.search(r"^\[2/2\] suite allreduce\.\.\. \(\d+s in all, about \d+s left\)$",
-                   result.stdout, re.M), result.stdout[-3000:]
+  assert re.search(rf"^\[2/2\] suite allreduce\.\.\. \({helpers.DURATION} in all, about "
+                   rf"{helpers.DURATION} left\)$", result.stdout, re.M), result.stdout[-3000:]
 
 
 @pytest.mark.slow

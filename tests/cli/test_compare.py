@@ -31,7 +31,8 @@ def test_compare_trains_every_strategy_to_single_device_accuracy(tmp_path):
   assert "OK: every strategy reached single-device accuracy within tolerance." in result.stdout
   # Each run says which of how many it is, the time so far, and about how long the rest takes.
   assert re.search(r"^\[1/6\] one_device \(tf_keras\) \.\.\. accuracy 0\.\d+ \(\d+ s; "
-                   r"\d+s in all, about \d+ ?(s|min) left\)$", result.stdout, re.M), result.stdout
+                   rf"{helpers.DURATION} in all, about {helpers.DURATION} left\)$",
+                   result.stdout, re.M), result.stdout
   assert re.search(r"^\[6/6\] parameter_server \(keras3\) .* in all\)$", result.stdout, re.M)
   assert re.search(r"^keras\s+strategy\s+replicas\s+mode\s+accuracy", result.stdout, re.M)
   assert re.search(r"^keras3\s+parameter_server\s+1\s+async\s+0\.9", result.stdout, re.M)

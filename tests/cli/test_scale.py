@@ -41,4 +41,5 @@ def test_cli_predicts_checks_and_draws(tmp_path):
   stages = re.findall(r"^\[(\d)/2\] measuring on (\d) worker\(s\)\.\.\.(.*)$", result.stdout,
                       re.M)
   assert [stage[:2] for stage in stages] == [("1", "1"), ("2", "2")], result.stdout[-3000:]
-  assert stages[0][2] == "" and re.fullmatch(r" \(\d+s in all, about \d+s left\)", stages[1][2])
+  assert stages[0][2] == "" and re.fullmatch(
+      rf" \({helpers.DURATION} in all, about {helpers.DURATION} left\)", stages[1][2])

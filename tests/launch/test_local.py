@@ -472,7 +472,7 @@ def test_a_lost_dispatcher_with_a_journal_is_restarted(tmp_path):
         time.sleep(0.1)
       print('released:', os.path.exists({str(release)!r}), flush=True)
       """)
-  command = helpers.tfdist_cli("launch", "--workers=1", "--data_workers=1",
+  command = helpers.tfdist_cli("launch", "--workers=1", "--data_workers=1", "--timeout=180",
                                f"--data_work_dir={journal}", "--", PY, "-c", code)
   lines, listening = [], 0
   with helpers.spawned(command) as job:

@@ -523,7 +523,8 @@ def test_a_task_actor_hands_back_a_redrawn_line_while_its_task_still_runs(tmp_pa
       seen += lines
       if exit_code is not None:
         break
-    assert (seen, exit_code) == (["start", "step 1/9", "step 9/9"], 0)
+    # Under load 5 s can pass before the release: "step 2/9" may be passed on too.
+    assert exit_code == 0 and seen[:2] == ["start", "step 1/9"] and seen[-1] == "step 9/9", seen
   finally:
     actor._process.kill()
     actor._process.wait(timeout=30)

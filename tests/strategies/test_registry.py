@@ -47,7 +47,11 @@ def test_a_strategy_tfdist_does_not_know_registers_without_traits(monkeypatch):
   assert registry.register("mine", tf.distribute.OneDeviceStrategy).traits is None
   assert registry.register("mirrored", tf.distribute.MirroredStrategy).traits is (
       choices.strategy("mirrored"))
-  given = choices.StrategyTraits("yours", choices.SINGLE_MACHINE, copy_per_replica=True)
+  given = strategies.StrategyTraits("yours", choices.SINGLE_MACHINE, copy_per_replica=True)
+  with pytest.raises(ValueError, match=r"`kind` must be one of \['default', 'single machine', "
+                     r"'multi-worker collective', 'parameter server'\]\. Received: "
+                     r"kind='single' for strategy 'yours'"):
+    strategies.StrategyTraits("yours", "single", copy_per_replica=True)
   assert registry.register("yours", tf.distribute.MirroredStrategy, traits=given).traits is given
 
 

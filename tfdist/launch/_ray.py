@@ -244,12 +244,12 @@ class TaskProcess:
       code = self._process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
       code = None
+    # Whether the output has ended, before its last lines are taken: else lines the pump
+    # adds between the two would be lost with the exit code.
+    ended = self._process.stdout is None or self._process.stdout.closed
     with self._lock:
       lines, self._lines = self._lines, []
-    if code is not None and self._process.stdout is not None and \
-        not self._process.stdout.closed:
-      code = None  # Lines still coming.
-    return lines, code
+    return lines, code if ended else None
 
   def result(self) -> Optional[bytes]:
     """The pickled result the task wrote (None: none), as bytes; its folder is removed."""

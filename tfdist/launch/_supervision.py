@@ -449,21 +449,23 @@ def read_lines(stream, write: Callable[[List[str]], None]) -> None:
   Raw reads, not readline: a line redrawn with `\\r` would wait for its `\\n`. The local
   launcher and each Ray node's task actor read this way.
   """
-  fd = stream.fileno()
-  poller = select.poll()
-  poller.register(fd, select.POLLIN)
-  lines = OutputLines()
-  while True:
-    wait = lines.wait(time.monotonic())
-    if wait is not None and not poller.poll(wait * 1000):
-      write(lines.due(time.monotonic()))  # A redraw held back.
-      continue
-    data = os.read(fd, _READ_BYTES)
-    if not data:
-      break
-    write(lines.feed(data, time.monotonic()))
-  write(lines.close())
-  stream.close()
+  try:
+    fd = stream.fileno()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    lines = OutputLines()
+    while True:
+      wait = lines.wait(time.monotonic())
+      if wait is not None and not poller.poll(wait * 1000):
+        write(lines.due(time.monotonic()))  # A redraw held back.
+        continue
+      data = os.read(fd, _READ_BYTES)
+      if not data:
+        break
+      write(lines.feed(data, time.monotonic()))
+    write(lines.close())
+  finally:  # Closed also on an error: a reader waits for that to know the output ended.
+    stream.close()
 
 
 def stop_all(tasks: List[Supervised], grace_period: float) -> None:

@@ -18,6 +18,7 @@ subclasses that refuse Keras 3 up front, see `keras_guard`).
 from tfdist.strategies import _local
 from tfdist.strategies import _multi_worker_mirrored
 from tfdist.strategies import _parameter_server
+from tfdist._choices import StrategyTraits
 from tfdist.strategies._registry import (STRATEGIES, ClusterArg, StrategyEntry,
                                         available_strategies, make_strategy, register,
                                         validate_cluster)
@@ -39,6 +40,7 @@ register("parameter_server", _parameter_server.parameter_server,
 
 __all__ = ["BYTES_PER_PACK", "COMMUNICATION", "CROSS_DEVICE_OPS", "CentralStorageStrategy",
            "ClusterArg", "MultiWorkerMirroredStrategy", "ParameterServerStrategy",
-           "STRATEGIES", "StrategyEntry", "available_strategies", "checked_variables",
+           "STRATEGIES", "StrategyEntry", "StrategyTraits", "available_strategies",
+           "checked_variables",
            "make_strategy", "register",
            "validate_cluster"]
