@@ -10,7 +10,11 @@ import helpers
 SCRIPT = os.path.join(helpers.REPO, "benchmarks", "overlap.py")
 
 
+# Alone: when the executor launches the first pack's all-reduce is a measurement of time.
+# Beside the other tests, a rehearsal of `make test` saw it launched only after the
+# backward pass in all 3 traced steps (0.08 ms after it ended).
 @pytest.mark.slow
+@pytest.mark.alone
 def test_small_packs_start_an_all_reduce_before_the_backward_pass_ends(tmp_path):
   out = tmp_path / "overlap.json"
   command = helpers.tfdist_cli(
