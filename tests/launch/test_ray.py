@@ -151,7 +151,8 @@ def test_sigterm_to_the_launcher_reaches_every_task_which_backs_up_in_its_grace_
     lines += process.communicate(timeout=120)[0].splitlines(keepends=True)
   stdout = "".join(lines)
   assert process.returncode == 128 + signal.SIGTERM, stdout[-3000:]
-  assert "received SIGTERM; stopping every task" in stdout
+  # Seen missing once (rehearsal ci10, exit code 143 all the same): show the tail if again.
+  assert "received SIGTERM; stopping every task" in stdout, stdout[-3000:]
   saved = re.findall(r"^\[(worker:\d)\] BackupAndRestore: SIGTERM: backed up epoch (\d+) after "
                      r"(batch \d+|its last batch)", stdout, re.M)
   assert sorted(w for w, *_ in saved) == ["worker:0", "worker:1"], stdout[-3000:]
