@@ -86,16 +86,23 @@ test: install slurm browser
 test-versions: $(OLDEST)/.installed
 	$(OLDEST)/bin/python -m pytest -n 2 --dist loadfile -q -m "versions and not alone and not slurm"
 
-$(OLDEST)/.stack: Makefile
+# The stack, then what tfdist[test] requires beside it (read from setup.cfg, with the build
+# backend): all of it while the first phase runs. tfdist itself comes later, without
+# dependencies or a build environment (2 s): a build writes build/ and tfdist.egg-info in
+# the source tree, where tests/test_wheel.py builds the wheel during the first phase.
+$(OLDEST)/.stack: Makefile setup.cfg pyproject.toml
 	rm -rf $(OLDEST)
 	$(PYTHON) -m venv $(OLDEST)
 	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
 	$(OLDEST)/bin/python -m pip install --quiet $(OLDEST_STACK)
 	$(OLDEST)/bin/python -m pip freeze | grep -E '$(STACK_PACKAGES)' > $(OLDEST)/stack-before.txt
+	$(OLDEST)/bin/python -m pip install --quiet "setuptools>=61" wheel $$($(PYTHON) -c \
+	  'import configparser; c = configparser.ConfigParser(); c.read("setup.cfg"); \
+	  print(c["options"]["install_requires"], c["options.extras_require"]["test"])')
 	touch $@
 
-$(OLDEST)/.installed: $(OLDEST)/.stack setup.cfg pyproject.toml
-	$(OLDEST)/bin/python -m pip install --quiet -e ".[test]"
+$(OLDEST)/.installed: $(OLDEST)/.stack
+	$(OLDEST)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(OLDEST)/bin/python -m pip freeze | grep -E '$(STACK_PACKAGES)' > $(OLDEST)/stack-after.txt
 	@diff $(OLDEST)/stack-before.txt $(OLDEST)/stack-after.txt || { \
 	  echo "installing tfdist beside TensorFlow 2.17 changed its stack (above)"; exit 1; }

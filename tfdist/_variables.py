@@ -115,7 +115,7 @@ SLURM_LOOPBACK = _declare(
     "`1`: the tasks share one node's private network and meet on loopback")
 CLUSTER_SHAPE = _declare(
     "TFDIST_CLUSTER_SHAPE", "launch._jobset", "cluster._jobset",
-    "the jobs of a JobSet's pods and their counts, as JSON")
+    "the jobs of a JobSet's pods and their counts, e.g. chief=1,worker=2,ps=1")
 PORT = _declare(
     "TFDIST_PORT", "launch._jobset", "cluster._jobset", "the port every pod's task listens on")
 FUNCTION = _declare(
