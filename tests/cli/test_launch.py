@@ -2,6 +2,9 @@
 
 import sys
 
+import pytest
+import yaml
+
 import helpers
 
 PY = sys.executable
@@ -70,3 +73,39 @@ def test_a_bad_profile_range_or_stall_timeout_is_a_one_line_error():
   assert result.stdout.strip().splitlines()[-1].startswith(
       "tfdist launch: `TFDIST_STALL_TIMEOUT` must be a number of seconds >= 0 (0: no watchdog). "
       "Received: TFDIST_STALL_TIMEOUT='soon'")
+
+
+def _training_containers(node):
+  """Every container (or TrainJob trainer) in a manifest that runs `tfdist task`: its env."""
+  if isinstance(node, dict):
+    command = node.get("command") or []
+    if "tfdist" in command and "task" in command and "env" in node:
+      yield {e["name"]: e.get("value") for e in node["env"]}
+    for value in node.values():
+      yield from _training_containers(value)
+  elif isinstance(node, list):
+    for value in node:
+      yield from _training_containers(value)
+
+
+@pytest.mark.parametrize("kind", ["indexed", "tfjob", "jobset", "trainjob"])
+def test_the_watch_and_profile_flags_reach_every_pod_of_every_kind(kind):
+  # Before: --stall_timeout, --trains_alone and --profile were dropped from manifests without
+  # a word, and --profile's summary line was printed into the YAML.
+  result = helpers.run(helpers.tfdist_cli(
+      "launch", f"--kubernetes={kind}", "--image=img:1", "--workers=2", "--stall_timeout=45",
+      "--trains_alone=error", "--profile=3-5", "--profile_dir=traces", "--",
+      "python", "train.py"), timeout=60, env={"TFDIST_STALL_TIMEOUT": "999"})
+  assert result.returncode == 0, result.stdout
+  docs = list(yaml.safe_load_all(result.stdout))  # Nothing but manifests on stdout.
+  containers = list(_training_containers(docs))
+  assert containers, result.stdout
+  for env in containers:
+    assert {k: env.get(k) for k in ("TFDIST_STALL_TIMEOUT", "TFDIST_TRAINS_ALONE",
+                                    "TFDIST_PROFILE", "TFDIST_PROFILE_DIR")} == {
+        "TFDIST_STALL_TIMEOUT": "45", "TFDIST_TRAINS_ALONE": "error",
+        "TFDIST_PROFILE": "3-5", "TFDIST_PROFILE_DIR": "traces"}, env
+  plain = helpers.run(helpers.tfdist_cli(
+      "launch", f"--kubernetes={kind}", "--image=img:1", "--workers=2", "--", "python",
+      "train.py"), timeout=60, env={"TFDIST_STALL_TIMEOUT": "999"})
+  assert "TFDIST_STALL_TIMEOUT" not in plain.stdout  # This machine's environment stays out.

@@ -146,8 +146,9 @@ def main(argv):
                        evaluator=_EVALUATOR.value, data_workers=_DATA_WORKERS.value)
   try:
     variables = _task_variables()
-    profile_dir = variables.get(progress.PROFILE_DIR_ENV)
-    launcher = _launcher({**os.environ, **variables})
+    # A manifest's pods trace into their own file systems: no folder here to summarize.
+    profile_dir = None if _KUBERNETES.value else variables.get(progress.PROFILE_DIR_ENV)
+    launcher = _launcher(variables)
     code = launcher.launch(command, job)
   except launch_lib.LaunchError as e:
     print(f"tfdist launch: {e}", file=sys.stderr)
@@ -198,7 +199,9 @@ def _task_variables() -> dict:
   if _PROFILE.value:
     progress.parse_steps(_PROFILE.value)  # A ValueError names the form.
     variables[progress.PROFILE_ENV] = _PROFILE.value
-    variables[progress.PROFILE_DIR_ENV] = os.path.abspath(_PROFILE_DIR.value)
+    # In a pod, the path is the pod's (relative to its working directory), not this machine's.
+    variables[progress.PROFILE_DIR_ENV] = (_PROFILE_DIR.value if _KUBERNETES.value
+                                           else os.path.abspath(_PROFILE_DIR.value))
   return variables
 
 
@@ -216,9 +219,10 @@ def _print_profile_summary(profile_dir: str) -> None:
       print(f"[tfdist launch] {line}")
 
 
-def _launcher(env) -> launch_lib.Launcher:
-  """The launcher the flags choose, with its own options; its tasks' environment `env`
-  (a manifest takes nothing from this machine's environment)."""
+def _launcher(variables) -> launch_lib.Launcher:
+  """The launcher the flags choose, with its own options; its tasks get `variables` beside
+  this machine's environment (a manifest's pods get `variables` alone)."""
+  env = {**os.environ, **variables}
   chosen = [name for name, given in (("--slurm", _SLURM.value), ("--ray", _RAY.present),
                                      ("--kubernetes", bool(_KUBERNETES.value))) if given]
   if len(chosen) > 1:  # Each is a different engine: one would be silently ignored.
@@ -248,7 +252,7 @@ def _launcher(env) -> launch_lib.Launcher:
                                     run_as_user=_RUN_AS_USER.value,
                                     network_policy=_NETWORK_POLICY.value != "none",
                                     keras=_KERAS.value, data_work_dir=_DATA_WORK_DIR.value,
-                                    max_restarts=_MAX_RESTARTS.value)
+                                    max_restarts=_MAX_RESTARTS.value, env=variables)
   return launch_lib.make_launcher("local", timeout=_TIMEOUT.value,
                                   max_restarts=_MAX_RESTARTS.value, network=_NETWORK.value,
                                   grace_period=_GRACE_PERIOD.value, keras=_KERAS.value,

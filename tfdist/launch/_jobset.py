@@ -72,13 +72,14 @@ def _label_env() -> List[dict]:
           for env, label in jobset_environment.LABELS.items()]
 
 
-def _job_env(counts: Mapping[str, int], keras: Optional[str], name: str, namespace: str,
+def _job_env(counts: Mapping[str, int], options: kubernetes.ManifestOptions,
              data_workers: int) -> List[dict]:
   """The job's own variables: its shape, its first port, tfdist's and the tf.data service's."""
   return [
       {"name": jobset_environment.SHAPE_ENV, "value": jobset_environment.shape_text(counts)},
       {"name": jobset_environment.PORT_ENV, "value": str(PORT)},
-      *kubernetes.task_env(keras), *kubernetes.trainer_env(name, namespace, data_workers)]
+      *kubernetes.task_env(options),
+      *kubernetes.trainer_env(options.name, options.namespace, data_workers)]
 
 
 def _failure_policy(max_restarts: int) -> dict:
@@ -95,7 +96,7 @@ def jobset(job: launcher_lib.Job, command: Sequence[str],
   """
   counts = _checked_counts(job, command)
   name, namespace, image, ps = options.name, options.namespace, options.image, job.ps
-  env = _label_env() + _job_env(counts, options.keras, name, namespace, job.data_workers)
+  env = _label_env() + _job_env(counts, options, job.data_workers)
   replicated = []
   for task_type, n in counts.items():
     # A ps worker restarts alone, in place; any other task restarts the job.
@@ -148,7 +149,7 @@ def trainjob(job: launcher_lib.Job, command: Sequence[str],
   counts = _checked_counts(job, command)
   name, namespace, image = options.name, options.namespace, options.image
   # The runtime's container has the labels; the TrainJob adds what is this job's.
-  env = _job_env(counts, options.keras, name, namespace, job.data_workers)
+  env = _job_env(counts, options, job.data_workers)
   docs = [training_runtime(image=image, max_restarts=options.max_restarts),
           {"apiVersion": TRAINER_API, "kind": "TrainJob",
            "metadata": {"name": name, "namespace": namespace,

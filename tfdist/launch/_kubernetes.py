@@ -69,7 +69,7 @@ import json
 import logging
 import re
 import sys
-from typing import Dict, List, Optional, Sequence, TextIO
+from typing import Dict, List, Mapping, Optional, Sequence, TextIO
 
 from tfdist import _variables as variables
 from tfdist.cluster import _data_service as data_service_lib
@@ -120,6 +120,10 @@ class ManifestOptions:
   run_as_user: Optional[int] = None  # For an image without a non-root USER.
   network_policy: bool = True  # Admit only the job's own pods (`pod_security`).
   max_restarts: int = 3  # JobSet and TrainJob: whole-job restarts from the backup.
+  # Variables every task's container gets beside tfdist's own: `tfdist launch`'s
+  # --stall_timeout, --trains_alone and --profile, which `tfdist task` and the task
+  # site read in the pod. Never this machine's environment.
+  env: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     _check_name_and_image(self.name, self.image)
@@ -172,18 +176,20 @@ def restart_policy(job: str, ps: int) -> str:
   return "OnFailure"
 
 
-def task_env(keras: Optional[str]) -> List[dict]:
-  """What every task's container gets from tfdist: the preflight's deadline, the Keras switch."""
+def task_env(options: ManifestOptions) -> List[dict]:
+  """What every task's container gets from tfdist: the preflight's deadline, the Keras
+  switch, and the options' own `env`."""
   # Only the Keras switch: `tfdist task` in the pod puts the image's task site on
   # PYTHONPATH (a path of this machine's tfdist would not be the image's).
-  legacy = task_keras.variables(keras, {})[task_keras.LEGACY_KERAS_ENV]
+  legacy = task_keras.variables(options.keras, {})[task_keras.LEGACY_KERAS_ENV]
   return [{"name": variables.PREFLIGHT_TIMEOUT, "value": str(PREFLIGHT_TIMEOUT_SECONDS)},
-          {"name": task_keras.LEGACY_KERAS_ENV, "value": legacy}]
+          {"name": task_keras.LEGACY_KERAS_ENV, "value": legacy},
+          *({"name": k, "value": v} for k, v in sorted(options.env.items()))]
 
 
-def _container(image: str, command: Sequence[str], keras: Optional[str],
+def _container(image: str, command: Sequence[str], options: ManifestOptions,
                env: Sequence[dict] = ()) -> dict:
-  env = [*task_env(keras), *env]
+  env = [*task_env(options), *env]
   return {"name": "tensorflow", "image": image, "command": TASK + list(command),
           "ports": [{"name": "tfjob-port", "containerPort": PORT}], "env": env}
 
@@ -275,7 +281,7 @@ def tfjob(job: launcher_lib.Job, command: Sequence[str],
         "restartPolicy": restart_policy(task_type, job.ps),
         "template": {"metadata": {"labels": pod_security.job_labels(name)},
                      "spec": pod_security.harden(
-                         {"containers": [_container(options.image, command, options.keras,
+                         {"containers": [_container(options.image, command, options,
                                                     env)]},
                          run_as_user=options.run_as_user)},
     }
@@ -342,7 +348,7 @@ def indexed_jobs(job: launcher_lib.Job, command: Sequence[str],
                     "restartPolicy": restart_policy(task_type, ps),
                     # `tfdist task` fills the pod's index into the template.
                     "containers": [_container(
-                        image, command, options.keras,
+                        image, command, options,
                         env=[{"name": kubernetes_environment.TEMPLATE_ENV, "value": template},
                              *trainer_env(name, namespace, job.data_workers)])],
                 }, run_as_user=options.run_as_user),
@@ -400,7 +406,7 @@ class KubernetesLauncher(launcher_lib.Launcher):
                namespace: str = "default", output: Optional[TextIO] = None,
                keras: Optional[str] = None, data_work_dir: Optional[str] = None,
                max_restarts: int = 0, run_as_user: Optional[int] = None,
-               network_policy: bool = True):
+               network_policy: bool = True, env: Optional[Mapping[str, str]] = None):
     if kind not in MANIFESTS:
       raise ValueError(f"`kind` must be one of {sorted(MANIFESTS)}. Received: {kind!r}")
     self.kind, self.output = kind, output
@@ -410,7 +416,7 @@ class KubernetesLauncher(launcher_lib.Launcher):
         keras=task_keras.resolve(keras, {}),
         # Any value journals: in a pod the journal lives on the pod's own volume.
         data_journal=bool(data_work_dir), run_as_user=run_as_user,
-        network_policy=network_policy, max_restarts=max_restarts)
+        network_policy=network_policy, max_restarts=max_restarts, env=dict(env or {}))
 
   def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:
     job, _ = launcher_lib.with_coordinator(job)
