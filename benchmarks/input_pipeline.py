@@ -126,9 +126,9 @@ def measure(variants, counts, repeats):
 
   `counts[name]` is the number of elements in a pass of that variant. Each
   variant has one warm-up pass first; odd repeats run in reverse order
-  (tfdist.bench.harness.interleave, the harness every tfdist benchmark uses).
+  (tfdist._lab.harness.interleave, the harness every tfdist benchmark uses).
   """
-  from tfdist.bench import harness
+  from tfdist._lab import harness
   passes = harness.interleave(
       {name: (lambda make=make, count=counts[name]: _pass(make, count))
        for name, make in variants.items()}, repeats, warmup=True)

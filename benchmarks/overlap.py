@@ -2,7 +2,7 @@
 
     tfdist launch --workers 2 -- python benchmarks/overlap.py --bytes_per_pack=65536
 
-Each worker trains the compute-bound convnet (tfdist.bench.models) under
+Each worker trains the compute-bound convnet (tfdist._lab.models) under
 MultiWorkerMirroredStrategy with tfdist's one-all-reduce step, warms up,
 then profiles `--steps` steps with `tf.profiler.experimental`. Worker 0 reads
 its own trace (TF's trace viewer data) and prints, per step: how long the
@@ -78,7 +78,7 @@ def main(argv):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tfdist import keras  # pylint: disable=g-import-not-at-top
   from tfdist.training import fit_step
-  from tfdist.bench import models  # pylint: disable=g-import-not-at-top
+  from tfdist._lab import models  # pylint: disable=g-import-not-at-top
   with strategy.scope():
     model = models.convnet()
     model.compile(keras.optimizers.SGD(0.01), "mse")

@@ -5,7 +5,7 @@
 The batching server's HTTP and JSON handling costs more than the default
 CNN (docs/benchmarks/serving.md, "Serving with request batching"), so there a longer
 window cannot raise requests/s. Here the same batched function the server
-builds, `tfdist.bench.batched` (TensorFlow's `BatchFunction` op around the
+builds, `tfdist.serving.batched` (TensorFlow's `BatchFunction` op around the
 SavedModel's `serving_default`), is called directly by `--clients` threads, one row per
 call, each sending its next call when the last returns (closed loop), for
 `max_batch_size` 8 and windows of 0, 2 and 5 ms, interleaved round by round,
@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfdist
-from tfdist import bench
+from tfdist import serving
 from tfdist.training import job
 
 _CLIENTS = flags.DEFINE_integer("clients", 16, "Concurrent client threads.")
@@ -45,7 +45,7 @@ def _models(folder: str) -> dict:
                            keras.layers.Dense(2048, activation="relu"), keras.layers.Dense(10)])
   cnn = tfdist.export(job.small_cnn(), os.path.join(folder, "cnn"))
   return {"cnn": cnn, "wide_mlp": tfdist.export(wide, os.path.join(folder, "wide_mlp")),
-          "trivial": bench.write_trivial_model(os.path.join(folder, "trivial", "1"), like=cnn)}
+          "trivial": serving.write_trivial_model(os.path.join(folder, "trivial", "1"), like=cnn)}
 
 
 def _call_ms(signature, rows: tf.Tensor, calls: int = 100) -> float:
@@ -110,7 +110,7 @@ def main(argv):
       print(f"{model:9s} one unbatched call: batch 1 {results['call_ms'][model]['1']:.3f} ms, "
             f"batch 8 {results['call_ms'][model]['8']:.3f} ms", flush=True)
       for window in (int(w) for w in _WINDOWS.value):
-        fn = bench.batched(saved_model, bench.Batching(
+        fn = serving.batched(saved_model, serving.Batching(
             _MAX_BATCH_SIZE.value, window, num_batch_threads=_BATCH_THREADS.value))
         fn(rows[model])  # Traced before the measured calls.
         functions[(model, window)] = fn

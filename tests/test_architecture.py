@@ -190,8 +190,8 @@ def test_no_print_outside_the_cli_mains():
 # of strategies derive from the traits; this inventory only shrinks, and a new literal is
 # a decision (issue 52: "a test fails on a strategy-name literal outside strategies/").
 STRATEGY_LITERALS = {
-    "tfdist._doctor": 5, "tfdist._keras_support": 7, "tfdist.bench._advice": 8,
-    "tfdist.bench.candidates": 3, "tfdist.bench.decision": 10, "tfdist.bench.overhead": 5,
+    "tfdist._doctor": 5, "tfdist._keras_support": 7, "tfdist._lab.overhead": 5,
+    "tfdist.advice._advice": 8, "tfdist.advice._candidates": 3, "tfdist.advice.decision": 10,
     "tfdist.cli.bench": 4, "tfdist.cli.compare": 3, "tfdist.cli.doctor": 9,
     "tfdist.cli.launch": 1, "tfdist.cli.scale": 1, "tfdist.cli.train": 4,
     "tfdist.cli.verify": 1, "tfdist.launch._kubernetes": 6, "tfdist.training.config": 1,
@@ -348,7 +348,10 @@ def test_each_internals_patch_is_gated_undoable_and_points_to_its_issue():
 # takes its place here.
 LAYERS = (
     ("cli",),
-    ("bench",),
+    ("advice", "serving"),
+    # The lab's instruments (harness, models, allreduce, collectives) time advice's
+    # ways and workers; the lab never imports the product.
+    ("_lab",),
     ("_doctor", "training"),
     ("launch", "strategies", "data"),
     ("_keras_support", "devices", "placement", "cluster", "_folders", "progress", "_step_times"),
@@ -447,8 +450,8 @@ def test_a_module_is_public_or_visibly_private():
   import importlib
   import pkgutil
   import tfdist
-  # The command's mains and the private TF/Keras code are private by their package's name.
-  private_packages = ("tfdist.cli", "tfdist.internals", "tfdist.launch.task_site")
+  # The command's mains, the lab and the private TF/Keras code are private by their package's name.
+  private_packages = ("tfdist._lab", "tfdist.cli", "tfdist.internals", "tfdist.launch.task_site")
   public_modules = {module for module, attribute in tfdist._EXPORTS.values() if attribute is None}
   unmarked = []
   for info in pkgutil.walk_packages(tfdist.__path__, "tfdist."):

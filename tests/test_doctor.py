@@ -188,3 +188,20 @@ def test_a_keras_cell_that_rests_on_a_patch_not_applied_here_does_not_say_it_wor
                    r"under multi_worker_mirrored .* is not applied to Keras 3\.16\)", text), text
   assert re.search(r"keras3   parameter_server +NOT HERE: Keras 3 under parameter servers", text)
   assert re.search(r"tf_keras multi_worker_mirrored \(2\+ workers\) +works", text)
+
+
+def test_a_kerass_cells_say_not_here_where_it_is_not_installed(monkeypatch):
+  # Before: with Keras 3 alone (TensorFlow 2.22 has no tf_keras yet), tf_keras's cells said "works".
+  from tfdist.internals import gates
+  monkeypatch.setattr(gates, "installed",
+                      lambda: {"TensorFlow": (2, 21), "tf_keras": None, "Keras": (3, 15)})
+  text = str(doctor.diagnose({}))
+  cells = re.findall(r"^  tf_keras ([a-z].+?)  +(.*)$", text, re.M)
+  assert len(cells) == 6 and all(cell == "NOT HERE: tf-keras is not installed"
+                                 for _, cell in cells), cells
+  assert re.search(r"keras3   mirrored +works", text)
+  monkeypatch.setattr(gates, "installed",
+                      lambda: {"TensorFlow": (2, 21), "tf_keras": (2, 21), "Keras": None})
+  text = str(doctor.diagnose({}))
+  assert len(re.findall(r"^  keras3 .*NOT HERE: keras is not installed$", text, re.M)) == 6
+  assert re.search(r"tf_keras mirrored +works", text)

@@ -13,9 +13,10 @@ import tfdist
 def test_old_module_paths_are_gone_and_the_real_modules_reload():
   # Before: a meta-path finder served 11 old paths; importing one left the real
   # module's __spec__ naming the old path, so reload did nothing and
-  # importlib.resources.files() raised.
+  # importlib.resources.files() raised. (tfdist.serving, once the old path of
+  # tfdist.export, is a package again: serving with request batching.)
   for old in ("tfdist.sbatch", "tfdist.preflight", "tfdist.datasets", "tfdist.loop",
-              "tfdist.serving", "tfdist.keras3_workarounds"):
+              "tfdist.keras3_workarounds"):
     with pytest.raises(ModuleNotFoundError):
       importlib.import_module(old)
   module = importlib.import_module("tfdist.launch._slurm")
@@ -40,6 +41,15 @@ def test_importing_tfdist_and_its_training_package_loads_no_tensorflow():
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60, check=True).stdout
   assert out.split() == ["False", "False"]
+
+
+def test_importing_the_advice_and_serving_packages_loads_no_tensorflow():
+  # Their __init__s load TensorFlow's modules on first use; the all-reduce family is plain Python.
+  code = ("import sys, tfdist.advice, tfdist.serving, tfdist._lab.all_reduce_family; "
+          "print('tensorflow' in sys.modules)")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, check=True).stdout
+  assert out.split() == ["False"]
 
 
 def test_without_tensorflow_the_first_use_says_what_to_install():

@@ -39,8 +39,8 @@ _EXPORTS = {
     "compress_gradients": ("tfdist.training.compression", "compress_gradients"),
     "export": ("tfdist.training.saved_model", "export"),
     "verify": ("tfdist.training.verification", "verify"),
-    "advise": ("tfdist.bench._advice", "advise"),
-    "bench": ("tfdist.bench", None),
+    "advise": ("tfdist.advice._advice", "advise"),
+    "advice": ("tfdist.advice", None),
     "cluster": ("tfdist.cluster", None),
     "devices": ("tfdist.devices", None),
     "strategies": ("tfdist.strategies", None),
@@ -50,6 +50,7 @@ _EXPORTS = {
     "training": ("tfdist.training", None),
     "output": ("tfdist.output", None),
     "placement": ("tfdist.placement", None),
+    "serving": ("tfdist.serving", None),
     # A step's report to the launcher's stall watchdog (tfdist.training.step_done).
     "progress": ("tfdist.progress", None),
 }

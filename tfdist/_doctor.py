@@ -142,9 +142,15 @@ def _devices() -> List[Tuple[str, str]]:
 def _matrix() -> List[Tuple[str, str]]:
   """The documented matrix, with the installed Keras: a cell whose patch does not apply says so."""
   from tfdist.internals import keras as keras_internals  # Imports no Keras.
-  version = gates_lib.installed()["Keras"]
+  libraries = gates_lib.installed()
+  version = libraries["Keras"]
   rows = []
   for (flavour, strategy), (raw, tfdist) in keras_support.SUPPORT.items():
+    # Before: tf_keras's cells said "works" where only Keras 3 is installed (TensorFlow 2.22).
+    if libraries["tf_keras" if flavour == keras_support.TF_KERAS else "Keras"] is None:
+      package = "tf-keras" if flavour == keras_support.TF_KERAS else "keras"
+      rows.append((f"{flavour:8} {strategy}", f"NOT HERE: {package} is not installed"))
+      continue
     patch = keras_support.RESTS_ON_PATCH.get((flavour, strategy))
     reason = None if patch is None or version is None else keras_internals.GATES[patch].reason(
         version)

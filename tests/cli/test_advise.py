@@ -1,6 +1,6 @@
 """`tfdist advise`: the main's flags, exit codes and output.
 
-The measuring is tfdist.bench._advice's (tests/bench/test_advice.py).
+The measuring is tfdist.advice._advice's (tests/advice/test_advice.py).
 """
 
 import pytest

@@ -1,4 +1,4 @@
-"""`tfdist scale`: predicts, checks and draws, as a user runs it (the model is tfdist.bench.scaling_model's)."""
+"""`tfdist scale`: predicts, checks and draws, as a user runs it (the model is tfdist.advice.scaling_model's)."""
 
 import json
 import re

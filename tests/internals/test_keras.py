@@ -46,15 +46,16 @@ def test_the_installed_keras_is_one_the_workaround_was_tested_with():
 
 def test_enable_and_disable_restore_keras_own_functions():
   from keras.src.backend.tensorflow import trainer
-  before = (trainer.reduce_per_replica, trainer.TensorFlowTrainer._maybe_symbolic_build,
-            trainer.TensorFlowTrainer.fit)
+  cls = keras_internals.trainer_class(trainer)  # TensorFlowTrainer, Trainer from Keras 3.16
+  before = (trainer.reduce_per_replica, cls._maybe_symbolic_build,
+            cls.fit)
   with keras_internals.multi_worker() as applied:
     assert applied and keras_internals.is_enabled()
     assert trainer.reduce_per_replica is not before[0]
-    assert trainer.TensorFlowTrainer.fit.__wrapped__ is before[2]
+    assert cls.fit.__wrapped__ is before[2]
   assert not keras_internals.is_enabled()
-  assert (trainer.reduce_per_replica, trainer.TensorFlowTrainer._maybe_symbolic_build,
-          trainer.TensorFlowTrainer.fit) == before
+  assert (trainer.reduce_per_replica, cls._maybe_symbolic_build,
+          cls.fit) == before
 
 
 @pytest.mark.slow

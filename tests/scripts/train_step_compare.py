@@ -19,7 +19,7 @@ from tfdist import keras
 from tfdist import _keras_support as keras_support
 from tfdist.training import fit_step
 from tfdist.training import job
-from tfdist.bench import collectives
+from tfdist._lab import collectives
 
 
 class DoubledAccuracy(keras.metrics.SparseCategoricalAccuracy):

@@ -15,10 +15,10 @@ Measures only what it must, and never trains to convergence:
      --busbw_gbps and --latency_ms give the links of your network);
   3. the default job or --data: a 2-epoch run's share of time waiting for input.
 About 30 s on 2 cores, 50 s with --workers 2 (the compute-bound convnet: 2
-minutes). Then `tfdist.bench.decision` ranks the ways by examples/s, measured
+minutes). Then `tfdist.advice.decision` ranks the ways by examples/s, measured
 or predicted with the α-β model of `tfdist scale`, and says why, with the
 batch, learning-rate, communication, memory and input settings. The measuring
-is `tfdist.bench._advice` (`tfdist.advise` in Python); this main parses flags
+is `tfdist.advice._advice` (`tfdist.advise` in Python); this main parses flags
 and prints.
 
 --model is `cnn` (the default job's), `convnet`, `mlp` (see `tfdist scale`),
@@ -76,7 +76,7 @@ _OUTPUT = flags.DEFINE_string("output", None, "Write the advice and measurements
 
 def main(argv):
   del argv
-  from tfdist.bench import _advice as advice  # Deferred: `tfdist advise --help` loads nothing.
+  from tfdist.advice import _advice as advice  # Deferred: `tfdist advise --help` loads nothing.
   try:
     options = advice.AdviseOptions(
         model=_MODEL.value, data=_DATA.value, batch_size=_PER_REPLICA_BATCH_SIZE.value,

@@ -181,7 +181,7 @@ def main(argv):
   from tfdist import devices
   devices.split_physical_device(2)  # Before TensorFlow starts: two "GPUs".
   from tfdist.training import timing
-  from tfdist.bench import overhead
+  from tfdist._lab import overhead
   results = {}
   stages = output.Stages(sum(suite in _SUITES.value for suite in _ALL_SUITES))
 
@@ -308,7 +308,7 @@ def _scaling() -> dict:
 
 def _advise() -> dict:
   results, rows = {}, []
-  from tfdist.bench import _advice as advice
+  from tfdist.advice import _advice as advice
   for entry in _ADVISE_CASES.value:
     model, batch, *memory = entry.split(":")
     options = {"batch_size": int(batch), "workers": 2, "check": True}
@@ -353,7 +353,7 @@ def _advise() -> dict:
 def _serving():
   """The serving suite: its results, and 1 when the latency target was not met."""
   import tempfile
-  from tfdist import bench
+  from tfdist import serving
   scratch = tempfile.TemporaryDirectory(prefix="tfdist-bench-serving-")
   with scratch:
     path = _SERVING_MODEL.value
@@ -361,8 +361,8 @@ def _serving():
       import tfdist
       from tfdist.training import job
       path = tfdist.export(job.small_cnn(), scratch.name)
-    settings = [bench.Batching(int(size), int(timeout),
-                               num_batch_threads=_SERVING_BATCH_THREADS.value)
+    settings = [serving.Batching(int(size), int(timeout),
+                                 num_batch_threads=_SERVING_BATCH_THREADS.value)
                 for size in _SERVING_MAX_BATCH_SIZES.value
                 for timeout in _SERVING_TIMEOUTS.value]
     processes = [int(n) for n in _SERVING_PROCESSES.value]
@@ -370,15 +370,15 @@ def _serving():
     print(f"\nServing: {path} and a trivial model behind TensorFlow's batching op, "
           f"{len(settings)} settings x processes {processes} x clients {clients} ...",
           flush=True)
-    rows = bench.measure_serving({"model": path}, settings, processes=processes,
-                                 clients=clients, requests=_SERVING_REQUESTS.value)
+    rows = serving.measure_serving({"model": path}, settings, processes=processes,
+                                   clients=clients, requests=_SERVING_REQUESTS.value)
   print("\nServing: client-side latency and throughput, closed-loop clients on this machine "
         "(noisy, shared); batch = the mean rows of the batches that served a request; "
         "trivial = a model returning its input, served the same way")
-  print(bench.serving_table(rows))
+  print(serving.serving_table(rows))
   results = {}
   try:
-    overhead = bench.trivial_overhead(rows, "model")
+    overhead = serving.trivial_overhead(rows, "model")
   except ValueError:  # Every cell had errors (see the table): the rest is still written.
     print("The trivial model's p50 / the model's: not measured, no setting served both "
           "without errors (see the errors column).")
@@ -396,7 +396,7 @@ def _serving():
   if _LATENCY_TARGET_MS.value is None:
     return results, 0
   try:
-    best = bench.choose_batching(rows, _LATENCY_TARGET_MS.value)
+    best = serving.choose_batching(rows, _LATENCY_TARGET_MS.value)
   except ValueError as e:
     print(f"\nServing: {e}", file=sys.stderr)
     return results, 1
@@ -405,7 +405,7 @@ def _serving():
         f"batch_timeout_micros={best.batching.batch_timeout_micros} with {best.processes} "
         f"process(es): p99 {best.load.p99_ms:.2f} ms, {best.load.requests_per_second:.0f} "
         "requests/s")
-  text = bench.batching_parameters_text(best.batching)
+  text = serving.batching_parameters_text(best.batching)
   if _BATCHING_PARAMETERS_OUT.value:
     with open(_BATCHING_PARAMETERS_OUT.value, "w") as f:
       f.write(text)
@@ -422,7 +422,7 @@ def _all_reduce_worker() -> int:
   # TF's pack size: the variants set their own per call (see all_reduce_seconds).
   strategy = tfdist.make_strategy("multi_worker_mirrored", communication="ring",
                                   bytes_per_pack=0)
-  from tfdist.bench import allreduce
+  from tfdist._lab import allreduce
   from tfdist.cluster import ClusterSpec
   spec = ClusterSpec.from_env()
   first = spec.task.index == 0

@@ -15,8 +15,8 @@ Measures, with each worker pinned to its own core:
      - the synchronous 2-worker step itself, at the chosen batch;
 alternating 1- and 2-worker runs --pairs times and taking medians.
 Then predicts the efficiency at 2, 4, 8 ... replicas on separate machines with
-the α-β model (tfdist/bench/scaling_model.py; the measurement is
-tfdist/bench/scale.py), checks the model against the
+the α-β model (tfdist/advice/scaling_model.py; the measurement is
+tfdist/advice/scale.py), checks the model against the
 2-worker measurement here (with the co-located compute in place of the
 compute), draws the curve to a PNG and says what to do.
 
@@ -61,8 +61,8 @@ def main(argv):
   del argv
   if self_launch.launched_by_itself(_RESULT_FILE.value):
     return _worker()
-  from tfdist.bench import scale
-  from tfdist.bench import scaling_model
+  from tfdist.advice import scale
+  from tfdist.advice import scaling_model
   # Alternated, because on a shared VM a process's step time can sit on a
   # level 2x off for its whole life (docs/measuring.md); one pair can be a fluke.
   pairs = []
@@ -142,14 +142,14 @@ def _measure(workers: int, stages):
 
 
 def _model_fn():
-  from tfdist.bench import models
+  from tfdist._lab import models
   return models.model_fn(_MODEL.value)
 
 
 def _worker() -> int:
   import os
   import tfdist
-  from tfdist.bench import scale
+  from tfdist.advice import scale
   from tfdist.cluster import ClusterSpec
   spec = ClusterSpec.from_env()
   # One core per worker, so that 2 workers have twice the compute of 1.

@@ -1,6 +1,6 @@
 """Keras 3 under tf.distribute where Keras itself fails: narrow, gated, undoable.
 
-On TensorFlow's backend, Keras 3 (3.8 through 3.15 measured here) cannot `fit`,
+On TensorFlow's backend, Keras 3 (3.8 through 3.16 measured here) cannot `fit`,
 `evaluate` or `predict` under MultiWorkerMirroredStrategy with two or more
 workers (keras-team/keras#20585). Its TensorFlow trainer fails in three places:
 
@@ -151,7 +151,7 @@ def enable_multi_worker() -> bool:
   from keras.src.backend.tensorflow import trainer
   if _originals:  # Importing Keras ran `tfdist launch`'s shim, which enabled it already.
     return True
-  cls = trainer.TensorFlowTrainer
+  cls = trainer_class(trainer)
   _originals.update({
       (trainer, "reduce_per_replica"): trainer.reduce_per_replica,
       (cls, "_maybe_symbolic_build"): cls._maybe_symbolic_build,
@@ -188,6 +188,19 @@ def _original(owner, name):
   return _originals[(owner, name)]
 
 
+def trainer_class(trainer):
+  """Keras's TensorFlow trainer in `keras.src.backend.tensorflow.trainer`.
+
+  Keras 3.16 renamed `TensorFlowTrainer` to `Trainer` (keras-nightly
+  3.16.0.dev2026102704, which TensorFlow 2.22.0rc0 installs); the methods patched
+  here kept their names and code. With the gate opened by hand there, 2 workers
+  trained to the same losses and evaluated and predicted alike, where raw Keras fails.
+  The gate stays at 3.15 until 3.16 is supported: tfdist's suite needs tf_keras,
+  which TensorFlow 2.22 does not have yet.
+  """
+  return getattr(trainer, "TensorFlowTrainer", None) or trainer.Trainer
+
+
 def _reduce_per_replica(values, strategy, reduction):
   from keras.src.backend.tensorflow import trainer
   original = _original(trainer, "reduce_per_replica")
@@ -202,7 +215,7 @@ def _reduce_per_replica(values, strategy, reduction):
 
 def _maybe_symbolic_build(self, iterator=None, data_batch=None):
   from keras.src.backend.tensorflow import trainer
-  original = _original(trainer.TensorFlowTrainer, "_maybe_symbolic_build")
+  original = _original(trainer_class(trainer), "_maybe_symbolic_build")
   strategy = distribute_strategy(self)
   if iterator is None or strategy is None or not tf_internals.is_multi_worker_mirrored(strategy):
     return original(self, iterator=iterator, data_batch=data_batch)

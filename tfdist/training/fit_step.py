@@ -7,7 +7,7 @@ results (a `Mean` has a total and a count: the default job's loss and
 accuracy are four more), each waiting for the one before. This step updates
 the metrics first, then all-reduces the gradients and the metrics' local
 totals and counts in one call, which TF packs into one collective
-(`tfdist.bench.collectives` counts 1 instead of 5 for the default job), and
+(`tfdist._lab.collectives` counts 1 instead of 5 for the default job), and
 computes the logs from the summed totals: the same values Keras logs, the
 same weights.
 
