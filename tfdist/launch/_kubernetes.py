@@ -187,10 +187,10 @@ def task_env(options: ManifestOptions) -> List[dict]:
           *({"name": k, "value": v} for k, v in sorted(options.env.items()))]
 
 
-def _container(image: str, command: Sequence[str], options: ManifestOptions,
+def _container(command: Sequence[str], options: ManifestOptions,
                env: Sequence[dict] = ()) -> dict:
   env = [*task_env(options), *env]
-  return {"name": "tensorflow", "image": image, "command": TASK + list(command),
+  return {"name": "tensorflow", "image": options.image, "command": TASK + list(command),
           "ports": [{"name": "tfjob-port", "containerPort": PORT}], "env": env}
 
 
@@ -281,8 +281,7 @@ def tfjob(job: launcher_lib.Job, command: Sequence[str],
         "restartPolicy": restart_policy(task_type, job.ps),
         "template": {"metadata": {"labels": pod_security.job_labels(name)},
                      "spec": pod_security.harden(
-                         {"containers": [_container(options.image, command, options,
-                                                    env)]},
+                         {"containers": [_container(command, options, env)]},
                          run_as_user=options.run_as_user)},
     }
   docs = [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
@@ -319,7 +318,7 @@ def indexed_jobs(job: launcher_lib.Job, command: Sequence[str],
   """
   check(command)
   no_evaluator("indexed", job)
-  name, namespace, image, ps = options.name, options.namespace, options.image, job.ps
+  name, namespace, ps = options.name, options.namespace, job.ps
   spec = indexed_cluster(name, workers=job.workers, ps=ps, chief=job.chief, namespace=namespace)
   labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "tfdist"}
   docs = [{"apiVersion": "v1", "kind": "Service",
@@ -348,7 +347,7 @@ def indexed_jobs(job: launcher_lib.Job, command: Sequence[str],
                     "restartPolicy": restart_policy(task_type, ps),
                     # `tfdist task` fills the pod's index into the template.
                     "containers": [_container(
-                        image, command, options,
+                        command, options,
                         env=[{"name": kubernetes_environment.TEMPLATE_ENV, "value": template},
                              *trainer_env(name, namespace, job.data_workers)])],
                 }, run_as_user=options.run_as_user),
