@@ -2,12 +2,13 @@
 
 import glob
 import os
+import sys
 import warnings
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
+from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
 import helpers
 
@@ -77,15 +78,45 @@ def test_measures_top_to_bottom(path, monkeypatch, tmp_path):
     _run(path, monkeypatch, tmp_path / "again")
 
 
+# The slowest notebook takes about 90 s; pytest-timeout's 600 s ends the whole test.
+CELL_SECONDS = 360
+STACKS_SECONDS = 300
+
+
+def _hang_report(path, notebook, stacks) -> str:
+  """Which cell of `path` hangs, what it printed so far and where every thread waits."""
+  # nbclient numbers a cell as it starts it: the last numbered one is still running.
+  cells = [cell for cell in notebook.cells[1:] if cell.cell_type == "code"]
+  running = ([cell for cell in cells if cell.get("execution_count") is not None] or cells[:1])[-1]
+  printed = "".join(output.get("text", "") for output in running.get("outputs", []))
+  return (f"{os.path.basename(path)}: code cell {cells.index(running) + 1} of {len(cells)} "
+          f"still ran after {CELL_SECONDS} s.\n--- its source:\n{running.source}\n"
+          f"--- what it printed:\n{printed[-3000:]}\n"
+          f"--- every thread's stack after {STACKS_SECONDS} s (faulthandler):\n"
+          f"{stacks.read_text()[-12000:] if stacks.exists() else '(none written)'}")
+
+
 def _run(path, monkeypatch, tmp_path):
   monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
   # What a notebook writes to its temporary folders goes with the test's own.
   tmp_path.mkdir(parents=True, exist_ok=True)
   monkeypatch.setenv("TMPDIR", str(tmp_path))
   notebook = nbformat.read(path, as_version=4)
-  # Raises CellExecutionError, with the cell and its traceback, on any error.
-  NotebookClient(notebook, timeout=600, kernel_name="python3",
-                 resources={"metadata": {"path": os.path.dirname(path)}}).execute()
+  # A cell that hangs must say where: the kernel writes every thread's stack to a file
+  # every STACKS_SECONDS (faulthandler, from its own C signal handler, so a thread
+  # blocked in TensorFlow's C++ with the GIL held cannot stop it), and a cell still
+  # running after CELL_SECONDS fails with those stacks, its source and what it printed.
+  stacks = tmp_path / "stacks.txt"
+  notebook.cells.insert(0, nbformat.v4.new_code_cell(
+      f"import faulthandler\nfaulthandler.dump_traceback_later({STACKS_SECONDS}, repeat=True, "
+      f"file=open({str(stacks)!r}, 'w'))"))
+  try:
+    # Raises CellExecutionError, with the cell and its traceback, on any error.
+    NotebookClient(notebook, timeout=CELL_SECONDS, kernel_name="python3",
+                   resources={"metadata": {"path": os.path.dirname(path)}}).execute()
+  except CellTimeoutError:
+    pytest.fail(_hang_report(path, notebook, stacks), pytrace=False)
+  del notebook.cells[0]
   printed = "".join(output.get("text", "") for cell in notebook.cells
                     for output in cell.get("outputs", []) if output.get("name") == "stdout")
   assert printed.strip(), "the notebook printed no measurements"
@@ -93,3 +124,24 @@ def _run(path, monkeypatch, tmp_path):
     images = sum("image/png" in output.get("data", {}) for cell in notebook.cells
                  for output in cell.get("outputs", []))
     assert images, f"{os.path.basename(path)} is in PLOTTED but showed no image (image/png)"
+
+
+@pytest.mark.slow
+def test_a_cell_that_hangs_is_named_with_its_stacks(monkeypatch, tmp_path):
+  # A notebook that hung in CI said nothing for 600 s: no cell, no stack.
+  monkeypatch.setattr(sys.modules[__name__], "CELL_SECONDS", 10)
+  monkeypatch.setattr(sys.modules[__name__], "STACKS_SECONDS", 5)
+  notebook = nbformat.v4.new_notebook(cells=[
+      nbformat.v4.new_code_cell("print('started')"),
+      nbformat.v4.new_code_cell("import threading\n\ndef wait_for_a_peer():\n"
+                                "  threading.Event().wait()\n\n"
+                                "print('about to wait')\nwait_for_a_peer()"),
+      nbformat.v4.new_code_cell("print('never')")])
+  path = tmp_path / "hangs.ipynb"
+  nbformat.write(notebook, str(path))
+  with pytest.raises(pytest.fail.Exception) as failed:
+    _run(str(path), monkeypatch, tmp_path / "run")
+  report = str(failed.value)
+  assert "hangs.ipynb: code cell 2 of 3 still ran after 10 s" in report, report
+  assert "about to wait" in report and "never" not in report.split("its source")[1], report
+  assert "in wait_for_a_peer" in report, report
