@@ -9,6 +9,9 @@ does not:
   devices, by output columns (outputs concatenated) or by input rows (partial
   products summed); `Keras3SplitDense` is the same layer for a Keras 3 model.
 
+`bytes_crossing` (_crossing.py) counts what a placement moves between the
+devices in each step, in the step's traced graph.
+
 Example:
 
     >>> from tfdist import placement
@@ -17,9 +20,10 @@ Example:
 """
 
 from tfdist.placement._blocks import PlacedSequential, place_layers, split_layers
+from tfdist.placement._crossing import bytes_crossing
 from tfdist.placement._keras3_split_dense import Keras3SplitDense
 from tfdist.placement._split_dense import SPLITS, SplitDense
 
-__all__ = ["Keras3SplitDense", "PlacedSequential", "SPLITS", "SplitDense", "place_layers",
-           "split_layers"]
+__all__ = ["Keras3SplitDense", "PlacedSequential", "SPLITS", "SplitDense", "bytes_crossing",
+           "place_layers", "split_layers"]
 
