@@ -20,6 +20,21 @@ def test_tfdist_keras_is_tf_keras():
   assert tfdist.keras is tf_keras
 
 
+@pytest.mark.parametrize("flavour, value", [("keras3", "0"), ("tf_keras", "1")])
+def test_select_sets_the_keras_of_this_process_over_an_earlier_choice(flavour, value,
+                                                                      monkeypatch):
+  monkeypatch.setenv(keras_support.LEGACY_KERAS_ENV, "0" if value == "1" else "1")
+  keras_support.select(flavour)
+  assert os.environ[keras_support.LEGACY_KERAS_ENV] == value
+
+
+def test_select_refuses_another_keras_naming_the_choices(monkeypatch):
+  monkeypatch.delenv(keras_support.LEGACY_KERAS_ENV, raising=False)
+  with pytest.raises(ValueError, match=r"'tf_keras' or 'keras3'. Received: 'keras2'"):
+    keras_support.select("keras2")
+  assert keras_support.LEGACY_KERAS_ENV not in os.environ
+
+
 @pytest.mark.slow
 def test_importing_tfdist_changes_no_environment_variable():
   code = ("import os, json; before = dict(os.environ); import tfdist; "

@@ -63,6 +63,21 @@ def use_legacy_keras() -> None:
         UserWarning, stacklevel=2)
 
 
+def select(flavour: str) -> None:
+  """Makes `tf.keras` resolve to `flavour` in this process and its children.
+
+  Unlike `use_legacy_keras`, it overrides the variable: for a program whose
+  own setting chose the Keras (`tfdist train --keras`), so that `tf.keras` in a
+  user's module means the Keras the job trains with.
+
+  Raises:
+    ValueError: `flavour` is neither tf_keras nor keras3.
+  """
+  if flavour not in (TF_KERAS, KERAS3):
+    raise ValueError(f"`flavour` must be {TF_KERAS!r} or {KERAS3!r}. Received: {flavour!r}")
+  os.environ[LEGACY_KERAS_ENV] = "1" if flavour == TF_KERAS else "0"
+
+
 def tf_keras_flavour() -> Optional[str]:
   """What `tf.keras` resolved to in this process: KERAS3, TF_KERAS, or None if unresolved."""
   tf = sys.modules.get("tensorflow")

@@ -183,3 +183,22 @@ def test_each_renamed_flag_is_gone_and_its_new_name_defined(command):
   defined = _defined_flags(command)
   for old, new in main.RENAMED[command].items():
     assert new in defined and old not in defined, (command, old, new)
+
+
+# A main passes what it was told as arguments and options, never through its own
+# environment (issue 52). The one write left: the program's own TensorFlow log level,
+# a default the user's setting overrides, before TensorFlow starts.
+ENVIRONMENT_WRITE = re.compile(
+    r"os\.environ\[[^\]]+\]\s*=|os\.environ\.(update|pop|setdefault|clear)\(|os\.putenv|"
+    r"del os\.environ")
+ALLOWED_WRITES = {("main.py", 'os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")')}
+
+
+def test_no_main_writes_its_own_environment():
+  cli = os.path.join(helpers.REPO, "tfdist", "cli")
+  writes = set()
+  for name in sorted(os.listdir(cli)):
+    if name.endswith(".py"):
+      with open(os.path.join(cli, name)) as f:
+        writes |= {(name, line.strip()) for line in f if ENVIRONMENT_WRITE.search(line)}
+  assert writes == ALLOWED_WRITES, writes - ALLOWED_WRITES

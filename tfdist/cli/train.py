@@ -17,6 +17,7 @@ from absl import flags
 from tfdist import _variables as variables
 from tfdist import cluster as cluster_lib
 from tfdist import _choices as choices
+from tfdist import _keras_support as keras_support
 from tfdist.training import precision
 from tfdist.cli import self_launch
 from tfdist.training import config as train_config
@@ -188,8 +189,7 @@ def main(argv):
     print(f"tfdist train: {e}", file=sys.stderr)
     return 2
   # `tf.keras` in a --model module resolves to the same Keras, here and in the tasks.
-  os.environ[task_keras.LEGACY_KERAS_ENV] = task_keras.variables(keras, {})[
-      task_keras.LEGACY_KERAS_ENV]
+  keras_support.select(keras)
   try:  # The job's rules, checked once, by the config, before anything starts.
     config = train_config.TrainConfig(
         strategy=_STRATEGY.value, epochs=_EPOCHS.value, batch_size=_BATCH_SIZE.value,
