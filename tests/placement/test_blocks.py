@@ -75,6 +75,37 @@ class TestModelParallel:
                        r"Received: 0"):
       placement.place_layers(model, ["/cpu:0"], micro_batches=0)
 
+  @pytest.mark.parametrize("micro_batches", [1, 2])
+  def test_gradients_equal_the_unplaced_models_and_each_block_computes_its_own(
+      self, micro_batches):
+    model = keras.Sequential([keras.Input((64,)),
+                              keras.layers.Dense(64, activation="relu", name="first"),
+                              keras.layers.Dense(32, activation="tanh", name="second"),
+                              keras.layers.Dense(1, name="third")])
+    x = tf.constant(np.random.default_rng(0).random((16, 64)).astype("float32"))
+    placed = placement.place_layers(model, ["/cpu:0", "/cpu:1"], micro_batches=micro_batches)
+
+    def step_of(net):
+      @tf.function
+      def step():
+        with tf.GradientTape() as tape:
+          loss = tf.reduce_sum(net(x) ** 2)
+        return tape.gradient(loss, net.trainable_variables)
+      return step
+
+    for a, b in zip(step_of(placed)(), step_of(model)()):
+      np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    crossing = placement.bytes_crossing(step_of(placed))
+    # A tape alone would compute the third block's gradients on CPU:0, and its weights
+    # would cross there every step (tensorflow/tensorflow#33688). Here no weight crosses:
+    # the activation (16 x 32) goes to CPU:1 and its gradient back; the output (16 x 1) to
+    # the loss on CPU:0 and its gradient back; `third`'s gradients (32 + 1 floats) return
+    # to the caller. In micro-batches, the same activations in parts, and each part's
+    # gradients of `third` go to the tape's device to be summed.
+    assert not any("ReadVariableOp" in name for name, _ in crossing), crossing
+    assert sum(crossing.values()) == (2 * 16 * 32 + 2 * 16 + micro_batches * (32 + 1)) * 4, (
+        crossing)
+
   def test_refuses_built_layers(self):
     layer = keras.layers.Dense(2)
     layer.build((None, 3))

@@ -47,7 +47,10 @@ class PlacedSequential(tf_keras.Model):
   `micro_batches=m`, each batch is split into m parts that flow through the
   blocks one after another, so inside a `tf.function` device 0 already works
   on part 2 while device 1 works on part 1 (GPipe's schedule; the idle share
-  falls from (k-1)/k to (k-1)/(m+k-1) for k devices).
+  falls from (k-1)/k to (k-1)/(m+k-1) for k devices). Each block computes
+  its gradients on its own device too, so only activations and their
+  gradients cross (with micro-batches, each part's weight gradients also go
+  to the device that sums them).
 
   Example:
 
@@ -104,10 +107,37 @@ class PlacedSequential(tf_keras.Model):
 
   def _forward(self, x, training):
     for device, block in zip(self.devices, self._blocks):
-      with tf.device(device):
-        for i in block:
-          x = self.placed_layers[i](x, training=training)
+      x = _block_on(device, [self.placed_layers[i] for i in block], x, training)
     return x
+
+
+def _block_on(device: str, layers, x, training):
+  """The layers applied to `x` on `device`, forward and backward.
+
+  A gradient tape runs backward ops where `tape.gradient` is called, not where
+  their forward ops ran (tensorflow/tensorflow#33688): Keras's `fit` would
+  compute every block's gradients on the first device, with each block's
+  weights sent there every step. Here the block's own tape computes them on its
+  device, and only the activations' gradients cross.
+  """
+
+  @tf.custom_gradient
+  def block(inputs):
+    with tf.device(device), tf.GradientTape() as tape:
+      tape.watch(inputs)
+      outputs = inputs
+      for layer in layers:
+        outputs = layer(outputs, training=training)
+
+    def grad(upstream, variables=None):
+      variables = list(variables or [])
+      with tf.device(device):
+        grads = tape.gradient(outputs, [inputs] + variables, output_gradients=upstream)
+      return grads[0], grads[1:]
+    return outputs, grad
+
+  with tf.device(device):
+    return block(x)
 
 
 def place_layers(model: tf_keras.Sequential, devices: Sequence[str], *,
