@@ -19,6 +19,8 @@ def _environment(env: Optional[Mapping[str, str]]) -> dict:
   full_env = dict(os.environ)
   full_env.pop("TF_CONFIG", None)
   full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  # A Python process that gets SIGABRT first writes every thread's stack (see `run`).
+  full_env["PYTHONFAULTHANDLER"] = "1"
   full_env.update(env or {})
   return full_env
 
@@ -34,16 +36,56 @@ def _kill_group(process: subprocess.Popen) -> None:
     pass
 
 
+# How long the processes of a timed-out command get to write their stacks.
+STACKS_SECONDS = 5
+
+
+def _group(pgid: int) -> list:
+  """The pids of process group `pgid` (from /proc: field 5 of each process's stat)."""
+  pids = []
+  for entry in os.listdir("/proc"):
+    try:
+      with open(f"/proc/{entry}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+      continue
+    if entry.isdigit() and int(fields[2]) == pgid:
+      pids.append(int(entry))
+  return sorted(pids)
+
+
+def _abort_group(process: subprocess.Popen) -> None:
+  """SIGABRT to each process of the group in turn, then SIGKILL: each writes its stacks first.
+
+  With PYTHONFAULTHANDLER set, faulthandler writes every thread's Python stack
+  to stderr on SIGABRT from its own C handler, so a thread blocked in
+  TensorFlow's C++ cannot stop it; a test that times out then shows where it
+  waited instead of the last lines it printed. One process at a time, so that
+  their stacks do not interleave in the output they share.
+  """
+  for pid in _group(process.pid):
+    try:
+      os.kill(pid, signal.SIGABRT)
+    except ProcessLookupError:
+      continue
+    time.sleep(0.5)
+  try:
+    process.wait(timeout=STACKS_SECONDS)
+  except subprocess.TimeoutExpired:
+    pass
+  _kill_group(process)
+
+
 def run(command: Sequence[str], *, timeout: float, env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None) -> subprocess.CompletedProcess:
-  """Runs `command` in its own process group; kills the whole group on timeout."""
+  """Runs `command` in its own process group; on timeout, its stacks, then the group killed."""
   with spawned(command, env=env, cwd=cwd) as process:
     try:
       output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-      _kill_group(process)
+      _abort_group(process)
       output, _ = process.communicate()
-      raise AssertionError(f"timed out after {timeout}s: {command}\n{output[-3000:]}") from None
+      raise AssertionError(f"timed out after {timeout}s: {command}\n{output[-8000:]}") from None
   return subprocess.CompletedProcess(command, process.returncode, output, None)
 
 
