@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -38,18 +39,20 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 # How long the processes of a timed-out command get to write their stacks.
 STACKS_SECONDS = 5
+# SIGABRT writes a core file where the limit allows: none from the tests' children.
+resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
 
 
 def _group(pgid: int) -> list:
   """The pids of process group `pgid` (from /proc: field 5 of each process's stat)."""
   pids = []
-  for entry in os.listdir("/proc"):
+  for entry in filter(str.isdigit, os.listdir("/proc")):
     try:
       with open(f"/proc/{entry}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
       continue
-    if entry.isdigit() and int(fields[2]) == pgid:
+    if int(fields[2]) == pgid:
       pids.append(int(entry))
   return sorted(pids)
 

@@ -14,8 +14,9 @@ WAITS = ("import threading\n"
 @pytest.mark.slow
 def test_a_command_that_times_out_shows_the_stack_of_each_of_its_processes():
   # The command starts a child of its own; both wait for good, in functions named for them.
+  child = WAITS.format(name="child_waits")
   parent = ("import subprocess, sys\n"
-            f"child = subprocess.Popen([sys.executable, '-c', {WAITS.format(name='child_waits')!r}])\n"
+            f"child = subprocess.Popen([sys.executable, '-c', {child!r}])\n"
             + WAITS.format(name="parent_waits"))
   with pytest.raises(AssertionError) as failed:
     helpers.run(helpers.python("-c", parent), timeout=5)

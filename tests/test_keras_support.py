@@ -24,8 +24,18 @@ def test_tfdist_keras_is_tf_keras():
 def test_select_sets_the_keras_of_this_process_over_an_earlier_choice(flavour, value,
                                                                       monkeypatch):
   monkeypatch.setenv(keras_support.LEGACY_KERAS_ENV, "0" if value == "1" else "1")
+  monkeypatch.setattr(keras_support, "tf_keras_flavour", lambda: None)  # Not used yet.
   keras_support.select(flavour)
   assert os.environ[keras_support.LEGACY_KERAS_ENV] == value
+
+
+def test_select_after_tf_keras_was_used_says_it_stays_for_this_process(monkeypatch):
+  monkeypatch.setenv(keras_support.LEGACY_KERAS_ENV, "1")  # Restored after the test.
+  monkeypatch.setattr(keras_support, "tf_keras_flavour", lambda: keras_support.TF_KERAS)
+  with pytest.warns(UserWarning, match=r"already tf_keras.*child processes get keras3.*"
+                                       r"Received: keras3"):
+    keras_support.select("keras3")
+  assert os.environ[keras_support.LEGACY_KERAS_ENV] == "0"
 
 
 def test_select_refuses_another_keras_naming_the_choices(monkeypatch):

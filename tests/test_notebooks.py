@@ -92,7 +92,7 @@ def _hang_report(path, notebook, stacks) -> str:
   return (f"{os.path.basename(path)}: code cell {cells.index(running) + 1} of {len(cells)} "
           f"still ran after {CELL_SECONDS} s.\n--- its source:\n{running.source}\n"
           f"--- what it printed:\n{printed[-3000:]}\n"
-          f"--- every thread's stack after {STACKS_SECONDS} s (faulthandler):\n"
+          f"--- every thread's stack, {STACKS_SECONDS} s into the cell (faulthandler):\n"
           f"{stacks.read_text()[-12000:] if stacks.exists() else '(none written)'}")
 
 
@@ -102,14 +102,18 @@ def _run(path, monkeypatch, tmp_path):
   tmp_path.mkdir(parents=True, exist_ok=True)
   monkeypatch.setenv("TMPDIR", str(tmp_path))
   notebook = nbformat.read(path, as_version=4)
-  # A cell that hangs must say where: the kernel writes every thread's stack to a file
-  # every STACKS_SECONDS (faulthandler, from its own C signal handler, so a thread
-  # blocked in TensorFlow's C++ with the GIL held cannot stop it), and a cell still
-  # running after CELL_SECONDS fails with those stacks, its source and what it printed.
+  # A cell that hangs must say where: once a cell has run STACKS_SECONDS, the kernel
+  # writes every thread's stack to a file (faulthandler's timer, a C thread that needs no
+  # GIL, so a thread blocked in TensorFlow's C++ cannot stop it; re-armed as each cell
+  # starts), and a cell still running after CELL_SECONDS fails with those stacks, its
+  # source and what it printed.
   stacks = tmp_path / "stacks.txt"
   notebook.cells.insert(0, nbformat.v4.new_code_cell(
-      f"import faulthandler\nfaulthandler.dump_traceback_later({STACKS_SECONDS}, repeat=True, "
-      f"file=open({str(stacks)!r}, 'w'))"))
+      "import faulthandler\n"
+      f"_stacks = open({str(stacks)!r}, 'w')\n"
+      "def _arm_stacks(*_):\n"
+      f"  faulthandler.dump_traceback_later({STACKS_SECONDS}, repeat=True, file=_stacks)\n"
+      "get_ipython().events.register('pre_run_cell', _arm_stacks)"))
   try:
     # Raises CellExecutionError, with the cell and its traceback, on any error.
     NotebookClient(notebook, timeout=CELL_SECONDS, kernel_name="python3",

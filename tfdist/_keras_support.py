@@ -76,6 +76,13 @@ def select(flavour: str) -> None:
   if flavour not in (TF_KERAS, KERAS3):
     raise ValueError(f"`flavour` must be {TF_KERAS!r} or {KERAS3!r}. Received: {flavour!r}")
   os.environ[LEGACY_KERAS_ENV] = "1" if flavour == TF_KERAS else "0"
+  resolved = tf_keras_flavour()
+  if resolved not in (None, flavour):
+    warnings.warn(
+        f"tf.keras in this process is already {resolved}, because it was used before "
+        f"the Keras was selected; tf.keras stays {resolved} here (child processes get "
+        f"{flavour}). Select it before anything uses tf.keras. Received: {flavour}",
+        UserWarning, stacklevel=2)
 
 
 def tf_keras_flavour() -> Optional[str]:

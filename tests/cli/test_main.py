@@ -186,10 +186,12 @@ def test_each_renamed_flag_is_gone_and_its_new_name_defined(command):
 
 
 # A main passes what it was told as arguments and options, never through its own
-# environment (issue 52). The one write left: the program's own TensorFlow log level,
-# a default the user's setting overrides, before TensorFlow starts.
+# environment (issue 52). The one write left here: the program's own TensorFlow log
+# level, a default the user's setting overrides, before TensorFlow starts. (`tfdist
+# train --keras` still sets TF_USE_LEGACY_KERAS for its process, through
+# keras_support.select: TensorFlow reads the Keras to use from there and nowhere else.)
 ENVIRONMENT_WRITE = re.compile(
-    r"os\.environ\[[^\]]+\]\s*=|os\.environ\.(update|pop|setdefault|clear)\(|os\.putenv|"
+    r"os\.environ\[[^\]]+\]\s*=(?!=)|os\.environ\.(update|pop|setdefault|clear)\(|os\.putenv|"
     r"del os\.environ")
 ALLOWED_WRITES = {("main.py", 'os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")')}
 

@@ -1,9 +1,12 @@
 """placement._crossing: the bytes a traced step reads across devices, counted in its graph."""
 
+import logging
+
 import pytest
 import tensorflow as tf
 
 from tfdist import placement
+from tfdist.placement import _crossing
 
 N = 64  # A (N, N) float32 matrix: 16 KiB.
 MATRIX = N * N * 4
@@ -138,3 +141,49 @@ def test_an_unknown_shape_is_refused_naming_the_tensor():
   with pytest.raises(ValueError, match=r"crosses to CPU:1 with an unknown shape.*"
                                        r"Received: shape \(None, 4\)"):
     placement.bytes_crossing(step)
+
+
+def test_a_variable_read_under_another_devices_scope_is_read_where_it_lives():
+  _, second = _two_layers()  # On CPU:1.
+  x = _matrix("/cpu:0")
+
+  @tf.function
+  def step():
+    with tf.device("/cpu:0"):  # The read asks for CPU:0; it runs beside the variable.
+      return tf.matmul(x, second)
+
+  crossing = placement.bytes_crossing(step)
+  assert list(crossing.values()) == [MATRIX], crossing  # The weight's value to CPU:0.
+  assert [device for _, device in crossing] == ["CPU:0"], crossing
+
+
+def test_an_op_that_reads_only_a_shape_and_asks_for_no_device_runs_beside_its_input():
+  x = _matrix("/cpu:0")
+
+  @tf.function
+  def step():
+    with tf.device("/cpu:1"):
+      y = tf.nn.relu(x)  # x to CPU:1.
+    return tf.raw_ops.Shape(input=y)  # Beside y: only the shape (2 int32) comes back.
+
+  assert sorted(placement.bytes_crossing(step).values()) == [8, MATRIX]
+
+
+def test_a_step_that_calls_functions_says_their_bodies_are_not_counted(caplog):
+  x = _matrix("/cpu:0")
+
+  @tf.function
+  def step(flag):
+    return tf.cond(flag, lambda: x * 2, lambda: x)
+
+  with caplog.at_level(logging.WARNING, logger=_crossing.__name__):
+    placement.bytes_crossing(step, tf.constant(True))
+  assert "their bodies move between devices is not counted" in caplog.text, caplog.text
+  assert "If" in caplog.text, caplog.text
+
+
+def test_devices_of_other_tasks_keep_their_job_and_task():
+  assert _crossing._short("/job:localhost/replica:0/task:0/device:CPU:1") == "CPU:1"
+  assert _crossing._short("/cpu:1") == "CPU:1"
+  assert _crossing._short("/job:worker/replica:0/task:1/device:CPU:0") == (
+      "/job:worker/task:1/CPU:0")

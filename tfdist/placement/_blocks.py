@@ -48,9 +48,12 @@ class PlacedSequential(tf_keras.Model):
   blocks one after another, so inside a `tf.function` device 0 already works
   on part 2 while device 1 works on part 1 (GPipe's schedule; the idle share
   falls from (k-1)/k to (k-1)/(m+k-1) for k devices). Each block computes
-  its gradients on its own device too, so only activations and their
-  gradients cross (with micro-batches, each part's weight gradients also go
-  to the device that sums them).
+  its gradients on its own device too, so between the blocks only
+  activations and their gradients cross. The gradients still go where the
+  optimizer updates: a tf_keras optimizer in `fit` runs its updates on the
+  first device, so each block's gradients go there and the new weights back
+  (a custom step avoids it by updating each variable under its device); with
+  micro-batches, each part's gradients go to the device that sums them.
 
   Example:
 
@@ -123,7 +126,8 @@ def _block_on(device: str, layers, x, training):
 
   @tf.custom_gradient
   def block(inputs):
-    with tf.device(device), tf.GradientTape() as tape:
+    # Persistent: an outer tape may ask for gradients more than once.
+    with tf.device(device), tf.GradientTape(persistent=True) as tape:
       tape.watch(inputs)
       outputs = inputs
       for layer in layers:
@@ -133,7 +137,7 @@ def _block_on(device: str, layers, x, training):
       variables = list(variables or [])
       with tf.device(device):
         grads = tape.gradient(outputs, [inputs] + variables, output_gradients=upstream)
-      return grads[0], grads[1:]
+      return (grads[0], grads[1:]) if variables else grads[0]
     return outputs, grad
 
   with tf.device(device):
