@@ -83,8 +83,14 @@ def bytes_crossing(step, *args,
   variable_device = {inside.name: captured[inside.op.name] for outside, inside in graph.captures
                      if outside.dtype == tf.resource and inside.op.name in captured}
   default = _short(default_device)
+  placed = {}  # op name -> device: each op is placed once, however many ops read it
 
   def where(op) -> str:
+    if op.name not in placed:
+      placed[op.name] = place(op)
+    return placed[op.name]
+
+  def place(op) -> str:
     if op.name in captured:
       return _short(captured[op.name])
     # An op that reads a variable is colocated with it (a request is overridden).
