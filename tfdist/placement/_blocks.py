@@ -121,7 +121,8 @@ def _block_on(device: str, layers, x, training):
   their forward ops ran (tensorflow/tensorflow#33688): Keras's `fit` would
   compute every block's gradients on the first device, with each block's
   weights sent there every step. Here the block's own tape computes them on its
-  device, and only the activations' gradients cross.
+  device: between blocks only activations and their gradients cross (the
+  gradients still go where the optimizer updates; see `PlacedSequential`).
   """
 
   @tf.custom_gradient
