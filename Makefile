@@ -59,8 +59,9 @@ browser:
 	  echo "note: installing chromium failed; the browser test will be skipped"; \
 	else echo "note: chromium not installed (needs root and apt-get); the browser test will be skipped"; fi
 
-# Three phases: most tests share both cores (whole files per process, so a
-# module's cluster is started once), then the tests marked `alone` (speeds
+# Three phases: most tests share both cores, three processes at a time (whole files per
+# process, so a module's cluster is started once; two left a quarter of the cores idle
+# while tests waited on their children, docs/suite-time.md), then the tests marked `alone` (speeds
 # measured side by side, hundreds of ports held) run with nothing else beside them,
 # then the tests marked `versions` on the oldest supported TensorFlow (test-versions).
 # Each phase prints its wall time, and pytest the 20 slowest tests (setup.cfg):
@@ -70,8 +71,8 @@ browser:
 test: install slurm browser
 	@($(MAKE) --no-print-directory $(OLDEST)/.stack > $(OLDEST).log 2>&1; \
 	  echo $$? > $(OLDEST).code) & \
-	start=$$(date +%s); $(BIN)/python -m pytest -n 2 --dist loadfile -m "not alone"; \
-	  code=$$?; echo "phase 1 (not alone, 2 processes): $$(( $$(date +%s) - start )) s of wall time"; \
+	start=$$(date +%s); $(BIN)/python -m pytest -n 3 --dist loadfile -m "not alone"; \
+	  code=$$?; echo "phase 1 (not alone, 3 processes): $$(( $$(date +%s) - start )) s of wall time"; \
 	  wait; if [ "$$(cat $(OLDEST).code)" != 0 ]; then cat $(OLDEST).log; \
 	  echo "installing TensorFlow 2.17 for the third phase failed (above)"; exit 1; fi; \
 	  exit $$code
@@ -84,7 +85,7 @@ test: install slurm browser
 # stack is installed first, as a user's image has it; installing tfdist beside it must
 # change none of it.
 test-versions: $(OLDEST)/.installed
-	$(OLDEST)/bin/python -m pytest -n 2 --dist loadfile -q -m "versions and not alone and not slurm"
+	$(OLDEST)/bin/python -m pytest -n 3 --dist loadfile -q -m "versions and not alone and not slurm"
 
 # The stack, then what tfdist[test] requires beside it (read from setup.cfg, with the build
 # backend): all of it while the first phase runs. tfdist itself comes later, without

@@ -29,6 +29,27 @@ gc.collect()
 gc.freeze()
 
 
+# The heaviest files first: under `--dist loadfile` a free worker takes the next file, so
+# a long one collected last (training/ sorts late) would run on alone at the end while
+# the other workers idle. By worker-seconds of a full first phase, heaviest first
+# (docs/suite-time.md, "The suite's workers and order"); the rest keep their order after these.
+HEAVIEST_FIRST = (
+    "launch/test_ray.py", "training/test_loop.py", "training/test_checkpoints.py",
+    "test_notebooks.py", "test_docs.py", "launch/test_local.py",
+    "launch/test_slurm_launcher.py", "cli/test_compare.py", "launch/test_watchdog.py",
+    "cli/test_train.py", "training/test_local_sgd.py", "benchmarks/test_chaos_benchmark.py",
+    "launch/test_task_keras.py", "launch/test_jobset.py", "strategies/test_fingerprint.py",
+    "training/test_saved_model.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+  tests = os.path.dirname(os.path.abspath(__file__))
+  rank = {path: i for i, path in enumerate(HEAVIEST_FIRST)}
+  items.sort(key=lambda item: rank.get(os.path.relpath(str(item.path), tests),
+                                       len(HEAVIEST_FIRST)))  # Stable: files stay whole.
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_environment():
   """Fails a test that changes os.environ without restoring it (TF_CONFIG above all)."""

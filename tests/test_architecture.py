@@ -445,6 +445,39 @@ def test_no_library_code_starts_a_module_of_the_cli():
   assert not offences, offences
 
 
+# Library code that still writes `python -m tfdist <command>`: only into what runs on other
+# machines, the manifests' pods and the sbatch script's steps (`tfdist task`, `tfdist
+# data_service`), commands users also type in their own images. What the library starts
+# itself runs a library module (`tfdist.launch._task`, `_serve_data_service`, `_ray_task`).
+# It only shrinks.
+RUNS_A_MAIN = {"tfdist.launch._kubernetes": 2, "tfdist.launch._slurm": 3}
+
+
+def test_library_code_runs_no_tfdist_command_beyond_its_inventory():
+  """`[..., "-m", "tfdist", ...]` or "-m tfdist CMD" in code outside cli/, per module."""
+  found = {}
+  for module, _, source in _sources():
+    if module.startswith("tfdist.cli"):
+      continue
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)}
+    count = 0
+    for node in ast.walk(tree):
+      if isinstance(node, ast.List):
+        items = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+        count += sum(1 for a, b in zip(items, items[1:]) if (a, b) == ("-m", "tfdist"))
+      elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings):
+        count += len(re.findall(r"-m tfdist [a-z]", node.value))
+    if count:
+      found[module] = count
+  assert found == RUNS_A_MAIN, (
+      "library code that starts a tfdist command (cli/ holds the mains; a library process "
+      f"runs its own package's main): {found}")
+
+
 def test_a_module_is_public_or_visibly_private():
   """Every module is on its package's public surface or starts with an underscore."""
   import importlib
@@ -483,10 +516,10 @@ def test_every_tfdist_variable_is_declared_once_and_listed_in_the_architecture_p
                 for node in ast.walk(tree) if isinstance(node, ast.Constant)
                 and isinstance(node.value, str) and re.fullmatch(r"TFDIST_[A-Z_]+", node.value)]
   assert not outside, f"declare it in tfdist/_variables.py and use its constant: {outside}"
-  with open(os.path.join(helpers.REPO, "docs", "architecture.md")) as f:
+  with open(os.path.join(helpers.REPO, "docs", "reference", "environment.md")) as f:
     page = f.read()
   for v in _variables.VARIABLES:
     row = f"| `{v.name}` | {v.set_by} | `{v.read_by}` | {v.meaning} |"
-    assert row in page, f"docs/architecture.md's row for {v.name} should read: {row}"
+    assert row in page, f"docs/reference/environment.md's row for {v.name} should read: {row}"
   listed = re.findall(r"^\| `(TFDIST_[A-Z_]+)` \|", page, re.M)
   assert sorted(listed) == sorted(names), set(listed) ^ set(names)

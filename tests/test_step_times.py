@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -144,3 +145,34 @@ def test_rows_from_another_machine_are_kept_only_as_their_own_tasks():
   texts = [step_times.to_text(other), step_times.to_text(own), "[" * 100_000, 7]
   assert step_times.rows_of(texts, "worker:1") == [own]
   assert step_times.rows_of("not a list", "worker:1") == []
+
+
+def _profiled(task, step_ms, input_ms, collectives_ms, steps=3):
+  """A row as `tfdist.launch._profile_summary.read` makes it from a task's trace."""
+  step, wait = step_ms / 1000, input_ms / 1000
+  return step_times.TaskSteps(task, steps, step, None, input_median=wait,
+                              input_share=wait / step, step_mean=step,
+                              collective_wait=collectives_ms / 1000)
+
+
+@pytest.mark.parametrize("input_ms, why", [(119.6, "input-bound: it waits for its input "
+                                                    "pipeline (119.6 ms of input wait"),
+                                           (1.0, "computing: its steps take longer (1.0 ms")])
+def test_a_profile_names_the_task_the_others_wait_for_in_the_collectives(input_ms, why):
+  # Three steps traced: too few for the rows tasks write, enough for a profile's means.
+  rows = [_profiled("worker:0", 130.6, 0.1, 128.2), _profiled("worker:1", 128.3, input_ms, 3.2),
+          _profiled("worker:2", 131.0, 0.2, 127.9)]
+  line = step_times.straggler(rows)
+  assert line.startswith(f"worker:1 is the straggler, {why}"), line
+  assert line.endswith("while the others wait 127.9 ms or more per step in collectives"), line
+  text = step_times.table(rows)
+  assert text.splitlines()[0].endswith("collectives ms")
+  assert re.search(r"^worker:1 +3 +128\.3 +- +[\d.]+ +- +\d+% +3\.2$", text, re.M), text
+
+
+def test_a_profile_whose_tasks_wait_alike_in_the_collectives_names_no_one():
+  rows = [_profiled("worker:0", 130.0, 0.1, 60.0), _profiled("worker:1", 130.0, 0.1, 100.0)]
+  assert step_times.straggler(rows) is None  # 100 < 2 x 60 + 1 ms.
+  # A live table has no collectives column.
+  assert "collectives" not in step_times.table(
+      [step_times.summarize("worker:0", 50, [0.1] * 50)])

@@ -1,5 +1,10 @@
 """Each task's step time and input wait while it trains: median, p95, and the straggler named.
 
+One kind of row (`TaskSteps`), one `table` and one `straggler`, from two
+readers: the rows tasks write while they train (`read`, `from_text`), and the
+rows of `tfdist launch --profile`'s traces (`tfdist.launch._profile_summary.read`),
+which also know each task's wait in the collectives.
+
 A launched task (`tfdist.progress`) keeps its last `WINDOW` step times and
 input waits, and every `WRITE_SECONDS` (and at each epoch's end and the end of
 training) writes their median and p95 to `<task>.steps` beside its progress
@@ -51,6 +56,9 @@ MARKED = 1.5
 INPUT_BOUND_SHARE = 0.2
 # Input waits below this (seconds a step) are noise, whatever their ratio.
 NOISE_SECONDS = 0.002
+# From a profile: the straggler is the task the others wait for in the collectives this
+# many times longer than it waits there itself (and a millisecond more).
+COLLECTIVE_MARKED = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,17 +69,20 @@ class TaskSteps:
   steps' sum) are None where the input wait is not measured (a custom loop's
   `step_done()`; a `fit` whose input is no `tf.data.Dataset`). `step_mean`:
   the steps' mean, the task's pace (None: not known, as in a row written
-  before it was kept).
+  before it was kept). `collective_wait`: seconds a step waits in the
+  collectives, known from a profile only; a profile's row knows means, so its
+  medians are the means and its p95s None.
   """
 
   task: str
   steps: int
   step_median: float
-  step_p95: float
+  step_p95: Optional[float]
   input_median: Optional[float] = None
   input_p95: Optional[float] = None
   input_share: Optional[float] = None
   step_mean: Optional[float] = None
+  collective_wait: Optional[float] = None
 
 
 def _p95(ordered: Sequence[float]) -> float:
@@ -102,7 +113,7 @@ def to_text(row: TaskSteps) -> str:
 # A task's name, as TF_CONFIG's task types and a file's stem (`worker-1`) give it.
 _TASK = re.compile(r"(chief|worker|ps|evaluator):\d+")
 _SECONDS = ("step_median", "step_p95")
-_MAYBE_SECONDS = ("input_median", "input_p95", "input_share", "step_mean")
+_MAYBE_SECONDS = ("input_median", "input_p95", "input_share", "step_mean", "collective_wait")
 
 
 def _seconds(value, optional: bool) -> bool:
@@ -177,12 +188,14 @@ def _ms(seconds: Optional[float]) -> str:
 
 
 def table(rows: Sequence[TaskSteps]) -> str:
-  """The rows as an aligned text table, milliseconds per step."""
+  """The rows as an aligned text table, milliseconds per step (a profile's: its collectives too)."""
+  collectives = any(r.collective_wait is not None for r in rows)
   lines = [f"{'task':<12} {'steps':>6} {'step ms median':>15} {'p95':>8} "
-           f"{'input wait ms median':>21} {'p95':>8} {'input share':>12}"]
+           f"{'input wait ms median':>21} {'p95':>8} {'input share':>12}"
+           + (f" {'collectives ms':>15}" if collectives else "")]
   lines += [f"{r.task:<12} {r.steps:>6} {_ms(r.step_median):>15} {_ms(r.step_p95):>8} "
             f"{_ms(r.input_median):>21} {_ms(r.input_p95):>8} {_percent(r.input_share):>12}"
-            for r in rows]
+            + (f" {_ms(r.collective_wait):>15}" if collectives else "") for r in rows]
   return "\n".join(lines)
 
 
@@ -222,7 +235,14 @@ def straggler(rows: Sequence[TaskSteps]) -> Optional[str]:
   the others back), or a task whose share of its steps waiting for input is
   MARKED times the median task's, and at least INPUT_BOUND_SHARE: the one
   the others wait for. Tasks with fewer than MIN_STEPS steps are left out.
+
+  Rows of a profile (every row knows its `collective_wait`, over however few
+  steps were traced) name the task that waits least in the collectives, where
+  the others wait there COLLECTIVE_MARKED times longer: in a synchronous job
+  that is the task they wait for.
   """
+  if len(rows) >= 2 and all(r.collective_wait is not None for r in rows):
+    return _waited_for(rows)
   rows = [r for r in rows if r.steps >= MIN_STEPS]
   if len(rows) < 2:
     return None
@@ -249,3 +269,17 @@ def straggler(rows: Sequence[TaskSteps]) -> Optional[str]:
             f"{_percent(usual)} of theirs for input (median) and the rest for it, in the "
             "collectives")
   return None
+
+
+def _waited_for(rows: Sequence[TaskSteps]) -> Optional[str]:
+  """The straggler among a profile's rows: the task the others wait for in the collectives."""
+  slowest = min(rows, key=lambda r: r.collective_wait)
+  others = min(r.collective_wait for r in rows if r is not slowest)
+  if others < COLLECTIVE_MARKED * slowest.collective_wait + 0.001:
+    return None
+  input_wait = slowest.input_median or 0.0
+  why = ("input-bound: it waits for its input pipeline" if input_wait >=
+         INPUT_BOUND_SHARE * slowest.step_median else "computing: its steps take longer")
+  return (f"{slowest.task} is the straggler, {why} ({_ms(input_wait)} ms of input wait in "
+          f"a {_ms(slowest.step_median)} ms step) while the others wait "
+          f"{_ms(others)} ms or more per step in collectives")

@@ -4,7 +4,7 @@ A launcher reaches its tasks, and a user reaches tfdist inside them, through
 the environment: a child process inherits it where no argument can reach. Each
 variable is declared here, and the module that reads it names it through its
 constant. `tests/test_architecture.py` fails on a `"TFDIST_..."` string
-anywhere else in tfdist, and checks docs/architecture.md's table against
+anywhere else in tfdist, and checks docs/reference/environment.md's table against
 `VARIABLES`.
 
 Example:
@@ -82,10 +82,10 @@ PROGRESS_DIR = _declare(
     "TFDIST_PROGRESS_DIR", "launch._supervision", "progress",
     "the folder where a task writes its steps for the launcher's stall watchdog")
 PROFILE = _declare(
-    "TFDIST_PROFILE", "cli.launch", "progress",
+    "TFDIST_PROFILE", "launch._launcher", "progress",
     "`FIRST-LAST`: the steps each task traces with TensorFlow's profiler")
 PROFILE_DIR = _declare(
-    "TFDIST_PROFILE_DIR", "cli.launch", "progress", "where each task writes its trace")
+    "TFDIST_PROFILE_DIR", "launch._launcher", "progress", "where each task writes its trace")
 STEPS_SHARED_DIR = _declare(
     "TFDIST_STEPS_SHARED_DIR", "launch.watchdog", "progress",
     "a folder the nodes share, holding every task's row of step times (SLURM)")
@@ -102,7 +102,7 @@ DATA_SERVICE_JOB = _declare(
     "TFDIST_DATA_SERVICE_JOB", "cluster._data_service", "cluster._data_service",
     "the tf.data service's job name, shared by the trainers")
 NODE_ADDRESS = _declare(
-    "TFDIST_NODE_ADDRESS", "launch._ray", "cli.data_service",
+    "TFDIST_NODE_ADDRESS", "launch._ray", "data.service",
     "the address of the machine a tf.data server runs on (a Ray node)")
 SLURM_PORT_BASE = _declare(
     "TFDIST_SLURM_PORT_BASE", "you", "cluster._slurm",

@@ -10,3 +10,18 @@ def test_a_worker_without_its_dispatcher_is_refused_with_the_fix():
   done = helpers.run(helpers.tfdist_cli("data_service", "--role=worker", "--port=0"), timeout=60)
   assert done.returncode == 2
   assert "a worker needs --dispatcher_address=host:port" in done.stdout
+
+
+def test_the_launchers_server_process_refuses_what_it_cannot_take():
+  """`python -m tfdist.launch._serve_data_service`, which launchers start beside the tasks."""
+  module = ["-m", "tfdist.launch._serve_data_service"]
+  bad = helpers.run(helpers.python(*module, "--role=worker", "--colour=red"), timeout=60)
+  assert bad.returncode == 2
+  assert bad.stdout.strip().splitlines()[-1] == (
+      "tfdist data service: takes --NAME=VALUE for NAME in ['role', 'port', "
+      "'dispatcher_address', 'worker_address', 'work_dir']. Received: ['--role=worker', "
+      "'--colour=red']")
+  role = helpers.run(helpers.python(*module, "--role=chief", "--port=0"), timeout=60)
+  assert role.returncode == 2
+  assert role.stdout.strip().splitlines()[-1] == (
+      "tfdist data service: `role` must be 'dispatcher' or 'worker'. Received: role='chief'")

@@ -484,9 +484,9 @@ def test_checkov_finds_nothing_in_any_kind_but_what_its_config_skips(tmp_path):
   from tfdist import launch
   for kind, data_workers, _ in _every_kind(image=DIGEST_IMAGE):
     printed = io.StringIO()
-    launcher = launch.make_launcher("kubernetes", kind=kind, image=DIGEST_IMAGE,
-                                    name="digits", namespace="ml", output=printed,
-                                    data_work_dir="journal", run_as_user=10001)
+    launcher = launch.make_launcher(
+        "kubernetes", launch.LaunchOptions(output=printed, data_work_dir="journal"), kind=kind,
+        image=DIGEST_IMAGE, name="digits", namespace="ml", run_as_user=10001)
     launcher.launch(COMMAND, launch.Job(workers=2, ps=1, chief=True,
                                         data_workers=data_workers))
     docs = list(yaml.safe_load_all(printed.getvalue()))

@@ -1,8 +1,11 @@
 """tfdist.launch._launcher: the contract every launcher keeps, and the registry."""
 
+import dataclasses
 import io
+import os
 
 import pytest
+import yaml
 
 from tfdist import launch
 from tfdist.launch import _launcher as launcher
@@ -39,6 +42,69 @@ def test_a_parameter_server_job_gets_a_chief_the_same_way_everywhere():
 
 def test_the_kubernetes_launcher_adds_the_chief_too():
   out = io.StringIO()
-  launch.make_launcher("kubernetes", image="me/train:1", output=out).launch(
+  launch.make_launcher("kubernetes", launch.LaunchOptions(output=out), image="me/train:1").launch(
       ["python", "train.py"], launcher.Job(workers=2, ps=1))
   assert "name: tfdist-chief" in out.getvalue()
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(timeout=-1), r"`timeout` must be a number of seconds >= 0 \(or None\)\. "
+                       r"Received: timeout=-1$"),
+    (dict(stall_timeout="soon"), r"`stall_timeout` must be a number of seconds >= 0 "
+                                 r"\(or None\)\. Received: stall_timeout='soon'$"),
+    (dict(grace_period=None), r"`grace_period` must be a number of seconds >= 0\. "
+                              r"Received: grace_period=None$"),
+    (dict(max_restarts=1.5), r"`max_restarts` must be an integer >= 0\. "
+                             r"Received: max_restarts=1.5$"),
+    (dict(max_restarts=True), r"Received: max_restarts=True$"),
+    (dict(keras="keras2"), r"`keras` must be one of \['tf_keras', 'keras3'\] \(or None\)\. "
+                           r"Received: keras='keras2'$"),
+    (dict(profile="120-100"), r"Received: '120-100'"),
+])
+def test_launch_options_name_the_field_and_the_value(options, match):
+  with pytest.raises(ValueError, match=match):
+    launch.LaunchOptions(**options)
+
+
+def test_every_backend_takes_the_shared_options_first_and_refuses_another_value():
+  options = launch.LaunchOptions(timeout=5, stall_timeout=7, profile="3-4",
+                                 trains_alone="error", env={"A": "1"})
+  for name in launch.available_launchers():
+    extra = {"image": "me/train:1"} if name == "kubernetes" else {}
+    assert launch.make_launcher(name, options, **extra).options is options
+    with pytest.raises(TypeError, match=r"`options` must be a tfdist.launch.LaunchOptions\. "
+                                        r"Received: dict"):
+      launch.make_launcher(name, {"timeout": 5}, **extra)
+
+
+def test_the_tasks_get_the_watch_the_profile_and_the_trains_alone_mode_from_the_options(
+    tmp_path):
+  options = launch.LaunchOptions(stall_timeout=7.5, profile="3-4", profile_dir="traces",
+                                 trains_alone="error", env={"A": "1"})
+  assert options.environment() == {
+      "A": "1", "TFDIST_STALL_TIMEOUT": "7.5", "TFDIST_TRAINS_ALONE": "error",
+      "TFDIST_PROFILE": "3-4", "TFDIST_PROFILE_DIR": os.path.abspath("traces")}
+  # A pod's folder stays its own, and a pod gets nothing of this machine's environment.
+  assert options.task_variables(profile_dir_here=False)["TFDIST_PROFILE_DIR"] == "traces"
+  out = io.StringIO()
+  launch.make_launcher("kubernetes", dataclasses.replace(options, output=out),
+                       image="me/train:1").launch(["python", "train.py"], launcher.Job(workers=1))
+  pod_env = yaml.safe_load_all(out.getvalue())
+  values = {e["name"]: e.get("value") for doc in pod_env if doc.get("kind") == "Job"
+            for e in doc["spec"]["template"]["spec"]["containers"][0]["env"]}
+  assert values["TFDIST_PROFILE_DIR"] == "traces" and values["TFDIST_STALL_TIMEOUT"] == "7.5"
+  assert values["A"] == "1" and "PATH" not in values
+  # Nothing given: the tasks' base is this process's environment, with nothing added.
+  assert launch.LaunchOptions().environment() == dict(os.environ)
+
+
+def test_a_launch_error_carries_the_exit_code_tfdist_launch_gives():
+  from tfdist.launch import _ray_placement, _slurm, private_network  # pylint: disable=import-outside-toplevel
+  codes = {cls.__name__: cls.exit_code for cls in (
+      launch.LaunchError, launch.CannotStart, private_network.Unavailable,
+      _ray_placement.RayUnavailable, _slurm.SlurmError)}
+  assert codes == {"LaunchError": 1, "CannotStart": 127, "Unavailable": 2,
+                   "RayUnavailable": 2, "SlurmError": 1}
+  assert all(issubclass(cls, launch.LaunchError) for cls in (
+      launch.CannotStart, private_network.Unavailable, _ray_placement.RayUnavailable,
+      _slurm.SlurmError))

@@ -20,10 +20,11 @@ from tfdist.cluster import ClusterSpec
 PY = sys.executable
 
 
-def run_cluster(code, spec, **kwargs):
+def run_cluster(code, spec, network=None, **options):
   out = io.StringIO()
   start = time.monotonic()
-  code_ = launch.launch_local([PY, "-c", code], spec, output=out, **kwargs)
+  code_ = launch.launch_local([PY, "-c", code], spec, launch.LaunchOptions(output=out, **options),
+                              network=network)
   return code_, out.getvalue(), time.monotonic() - start
 
 
@@ -253,8 +254,9 @@ def test_network_arguments_are_checked():
   with pytest.raises(ValueError, match=r"`network` must be one of \['auto', 'loopback', "
                      r"'host'\]. Received: 'lan'"):
     launch.launch_local([PY, "-c", "pass"], spec, network="lan")
-  with pytest.raises(ValueError, match=r"`max_restarts` must be an integer >= 0. Received: -1"):
-    launch.launch_local([PY, "-c", "pass"], spec, max_restarts=-1)
+  with pytest.raises(ValueError, match=r"`max_restarts` must be an integer >= 0. "
+                     r"Received: max_restarts=-1"):
+    launch.LaunchOptions(max_restarts=-1)
 
 
 @pytest.mark.slow

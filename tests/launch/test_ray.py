@@ -65,7 +65,7 @@ def test_ray_launch_returns_worker_0s_real_result_and_env_keeps_the_token(cluste
       "  return {'task': task, 'replicas': strategy.num_replicas_in_sync}\n"
       "print('RETURNED', launch.ray_launch(train, workers=2, timeout=200))\n"
       "env = {k: os.environ[k] for k in ('PATH', 'PYTHONPATH', 'RAY_ADDRESS') if k in os.environ}\n"
-      "code = launch.make_launcher('ray', env=env, timeout=120).launch(\n"
+      "code = launch.make_launcher('ray', launch.LaunchOptions(env=env, timeout=120)).launch(\n"
       "    [sys.executable, '-c', 'print(\"ran\")'], launch.Job(workers=1))\n"
       "print('WITH ENV', code)\n")
   result = cluster.run(helpers.python(str(cell)), timeout=300)
@@ -251,21 +251,24 @@ def test_a_task_whose_node_was_lost_has_moved_one_on_a_live_node_has_not(cluster
                       r"127.0.0.1:\d+", moved[1]), lines
 
 
-@pytest.mark.parametrize("options, job, match", [
-    (dict(min_workers=1, max_restarts=1), launch.Job(workers=2, ps=1),
+@pytest.mark.parametrize("min_workers, max_restarts, job, match", [
+    (1, 1, launch.Job(workers=2, ps=1),
      r"--min_workers is for collective jobs.*Received: min_workers=1, ps=1$"),
-    (dict(min_workers=3, max_restarts=1), launch.Job(workers=2),
+    (3, 1, launch.Job(workers=2),
      r"--min_workers must be at most --workers. Received: min_workers=3, workers=2$"),
-    (dict(min_workers=1), launch.Job(workers=2),
+    (1, 0, launch.Job(workers=2),
      r"give --max_restarts >= 1 too. Received: min_workers=1, max_restarts=0$"),
 ])
-def test_min_workers_is_refused_where_it_cannot_work(options, job, match):
+def test_min_workers_is_refused_where_it_cannot_work(min_workers, max_restarts, job, match):
   with pytest.raises(ValueError, match=match):
-    launch.make_launcher("ray", address="127.0.0.1:1", **options).launch(["true"], job)
+    launch.make_launcher("ray", launch.LaunchOptions(max_restarts=max_restarts),
+                         address="127.0.0.1:1", min_workers=min_workers).launch(["true"], job)
 
 
-def test_min_workers_without_ray_is_a_one_line_error():
-  result = helpers.run(helpers.tfdist_cli("launch", "--min_workers=1", "--", "true"),
+@pytest.mark.parametrize("engine", [[], ["--slurm"]])
+def test_min_workers_without_ray_is_a_one_line_error(engine):
+  # Before: with --slurm it was ignored without a word.
+  result = helpers.run(helpers.tfdist_cli("launch", *engine, "--min_workers=1", "--", "true"),
                        timeout=120)
   assert result.returncode == 2, result.stdout
   assert result.stdout.strip().splitlines()[-1] == (
@@ -297,8 +300,8 @@ def test_a_sigkilled_launcher_leaves_no_actor_and_no_process(cluster, tmp_path):
       if ready == 2:
         break
     assert ready == 2, "the tasks did not start"
-    # The launcher; each task's local process, and on its node `tfdist task` (which
-    # watches it for stalls) and its command.
+    # The launcher; each task's local process, and on its node the task wrapper
+    # (`tfdist.launch._task`, which watches it for stalls) and its command.
     assert len(_pids_with(marker)) == 7, _pids_with(marker)
     assert "ALIVE 2" in cluster.run(helpers.python("-c", _ALIVE_ACTORS), timeout=120).stdout
     launcher = helpers.command_pid(process.pid, "tfdist launch")

@@ -12,6 +12,7 @@ import pytest
 
 import helpers
 import slurm_cluster
+from tfdist import launch
 from tfdist.launch import _slurm as sbatch
 
 
@@ -211,7 +212,7 @@ def test_what_the_tasks_would_refuse_fails_before_submitting(tmp_path, name, val
   # Before: every task's `tfdist task` would exit 2 with the line, or the launch after the job.
   with pytest.raises(ValueError, match=match):  # No sbatch on this PATH: it is not reached.
     sbatch.submit_and_wait(["true"], ntasks=2, workdir=str(tmp_path),
-                           env={"PATH": str(tmp_path), name: value})
+                           options=launch.LaunchOptions(env={"PATH": str(tmp_path), name: value}))
   assert not os.listdir(tmp_path)
 
 

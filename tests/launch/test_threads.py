@@ -43,7 +43,7 @@ def test_two_local_workers_get_their_share_said_once(caplog):
   caplog.set_level(logging.INFO, logger="tfdist")
   out = io.StringIO()
   code = launch.launch_local([sys.executable, "-c", TASK], ClusterSpec.local(workers=2),
-                             output=out, timeout=120)
+                             launch.LaunchOptions(output=out, timeout=120))
   assert code == 0, out.getvalue()[-2000:]
   share = max(1, threads.available_cores() // 2)
   lines = re.findall(r"\[worker:\d\] THREADS (.*)", out.getvalue())

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 import helpers
 from tfdist import cluster as cluster_lib
+from tfdist import launch as launch_lib
 from tfdist.launch import _local as local
 from tfdist.launch import _trains_alone as trains_alone
 
@@ -65,8 +66,11 @@ def test_error_mode_stops_the_task(multi_worker_task, monkeypatch):
 def test_bad_mode_names_the_variable_and_the_value(tmp_path):
   with pytest.raises(ValueError, match=r"`TFDIST_TRAINS_ALONE` must be one of \['warn', 'error'\]"
                                        r"\. Received: TFDIST_TRAINS_ALONE='loud'"):
-    local.launch_local(["true"], cluster_lib.ClusterSpec.local(2),
-                       env={**os.environ, trains_alone.TRAINS_ALONE_ENV: "loud"})
+    local.launch_local(["true"], cluster_lib.ClusterSpec.local(2), launch_lib.LaunchOptions(
+        env={**os.environ, trains_alone.TRAINS_ALONE_ENV: "loud"}))
+  with pytest.raises(ValueError, match=r"`trains_alone` must be one of \['warn', 'error'\] "
+                                       r"\(or None\)\. Received: trains_alone='loud'"):
+    launch_lib.LaunchOptions(trains_alone="loud")
 
 
 def test_the_job_note_needs_two_tasks_that_joined(tmp_path):

@@ -38,12 +38,12 @@ import sys
 import time
 from typing import Any, Dict, Optional, Sequence
 
+from tfdist import launch as launch_lib
 from tfdist import output
 from tfdist.advice import _advice_check as advice_check
 from tfdist.advice import decision
 from tfdist.advice import memory
 from tfdist.cluster import ClusterSpec
-from tfdist.launch import _local as local
 from tfdist.launch import _result_channel as result_channel
 
 logger = logging.getLogger("tfdist")
@@ -283,9 +283,9 @@ def _run_process(task: str, options: AdviseOptions, devices: int) -> Any:
 def _run_two_workers(options: AdviseOptions, devices: int) -> dict:
   """The 2-worker measurement on a local cluster; worker 0's result."""
   output = io.StringIO()
-  code, result = result_channel.run_for_json(lambda path: local.launch_local(
+  code, result = result_channel.run_for_json(lambda path: launch_lib.launch_local(
       _command("worker", options, devices, path), ClusterSpec.local(2),
-      timeout=options.timeout, output=output))
+      launch_lib.LaunchOptions(timeout=options.timeout, output=output)))
   return _measured(result, code, output.getvalue(), "the 2-worker measurement")
 
 

@@ -22,7 +22,7 @@ from absl import flags
 
 from tfdist import _choices as choices
 from tfdist import output
-from tfdist.training import _process as train_process
+from tfdist.cli import _train_process as train_process
 from tfdist.launch import _task_keras as task_keras
 
 _STRATEGIES = flags.DEFINE_list(

@@ -1,17 +1,14 @@
 """`tfdist data_service --role=dispatcher|worker`: one tf.data service server, until stopped.
 
-`tfdist launch --data_workers N` runs a dispatcher and N workers this way
-beside the training tasks; on SLURM or Kubernetes the same command runs
-them on their own nodes or pods. Prints one line when the server listens,
-then serves until SIGTERM.
+`tfdist launch --data_workers N` runs a dispatcher and N workers the same way
+beside the training tasks; on SLURM or Kubernetes this command runs them on
+their own nodes or pods. Prints one line when the server listens, then serves
+until SIGTERM (`tfdist.data.service.serve`).
 """
 
-import os
 import sys
 
 from absl import flags
-
-from tfdist.cluster import _data_service as data_service_lib
 
 _ROLE = flags.DEFINE_enum("role", None, ["dispatcher", "worker"], "Which server to run.",
                           required=True)
@@ -30,20 +27,10 @@ _WORK_DIR = flags.DEFINE_string("work_dir", None, "dispatcher: journal its state
 def main(argv):
   del argv
   from tfdist.data import service  # pylint: disable=g-import-not-at-top  (TensorFlow)
-  if _ROLE.value == "dispatcher":
-    server = service.dispatch_server(_PORT.value, _WORK_DIR.value)
-    print(f"tf.data service dispatcher listening at {server.target}", flush=True)
-  else:
-    if not _DISPATCHER.value:
-      print("tfdist data_service: a worker needs --dispatcher_address=host:port. "
-            "Received: --dispatcher_address unset", file=sys.stderr)
-      return 2
-    address = _WORKER_ADDRESS.value
-    node = os.environ.get(data_service_lib.NODE_ADDRESS_ENV)
-    if address is None and node:  # TF fills in the port it listens on.
-      address = f"{node}:%port%"
-    server = service.worker_server(_DISPATCHER.value, _PORT.value, address)
-    print(f"tf.data service worker on port {_PORT.value or '(any)'}, registered with "
-          f"{_DISPATCHER.value}", flush=True)
-  server.join()
+  try:
+    service.serve(_ROLE.value, _PORT.value, dispatcher_address=_DISPATCHER.value,
+                  worker_address=_WORKER_ADDRESS.value, work_dir=_WORK_DIR.value)
+  except ValueError as e:
+    print(f"tfdist data_service: {e}", file=sys.stderr)
+    return 2
   return 0

@@ -16,7 +16,7 @@ from typing import List, Tuple
 
 from absl import flags
 
-from tfdist.training import _process as train_process
+from tfdist.cli import _train_process as train_process
 from tfdist.launch import _task_keras as task_keras
 
 # Strategy flag value -> (matrix cell, extra `tfdist train` flags) per cell.

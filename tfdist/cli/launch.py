@@ -15,21 +15,16 @@ Kubeflow TFJob; or Indexed Jobs plus a headless Service) and starts nothing.
 """
 
 import os
-import signal
 import sys
 
 from absl import flags
 
 from tfdist import launch as launch_lib
-from tfdist import progress
 from tfdist.launch import _kubernetes as kubernetes
-from tfdist.launch import private_network
 from tfdist.launch import _profile_summary as profile_summary
 from tfdist.launch import _ray as ray_launch
-from tfdist.launch import _slurm as slurm
 from tfdist.launch import _task_keras as task_keras
 from tfdist.launch import _trains_alone as trains_alone
-from tfdist.launch import watchdog
 
 TAKES_ARGUMENTS = True  # The command after '--' (tfdist.cli.main refuses them elsewhere).
 
@@ -142,119 +137,56 @@ def main(argv):
           "`tfdist launch --workers 2 -- python train.py`. Received: no command",
           file=sys.stderr)
     return 2
-  job = launch_lib.Job(workers=_WORKERS.value, ps=_PS.value, chief=_CHIEF.value,
-                       evaluator=_EVALUATOR.value, data_workers=_DATA_WORKERS.value)
   try:
-    variables = _task_variables()
-    # A manifest's pods trace into their own file systems: no folder here to summarize.
-    profile_dir = None if _KUBERNETES.value else variables.get(progress.PROFILE_DIR_ENV)
-    launcher = _launcher(variables)
-    code = launcher.launch(command, job)
-  except launch_lib.LaunchError as e:
+    job = launch_lib.Job(workers=_WORKERS.value, ps=_PS.value, chief=_CHIEF.value,
+                         evaluator=_EVALUATOR.value, data_workers=_DATA_WORKERS.value)
+    name = _backend()
+    options = launch_lib.LaunchOptions(
+        timeout=_TIMEOUT.value, max_restarts=_MAX_RESTARTS.value,
+        grace_period=_GRACE_PERIOD.value, keras=_KERAS.value,
+        stall_timeout=_STALL_TIMEOUT.value, profile=_PROFILE.value,
+        profile_dir=_PROFILE_DIR.value, trains_alone=_TRAINS_ALONE.value,
+        data_work_dir=_DATA_WORK_DIR.value)
+    code = launch_lib.make_launcher(name, options, **_BACKEND_OPTIONS[name]()).launch(command,
+                                                                                     job)
+  except (launch_lib.LaunchError, ValueError) as e:
     print(f"tfdist launch: {e}", file=sys.stderr)
-    return 127
-  except private_network.Unavailable as e:
-    print(f"tfdist launch: {e}", file=sys.stderr)
-    return 2
-  except ray_launch.RayUnavailable as e:
-    print(f"tfdist launch: {e}", file=sys.stderr)
-    return 2
-  except slurm.SlurmError as e:
-    print(f"tfdist launch: {e}", file=sys.stderr)
-    return 1
-  except ValueError as e:
-    print(f"tfdist launch: {e}", file=sys.stderr)
-    return 2
+    return getattr(e, "exit_code", 2)
   # A task killed by signal N exits the launcher with 128 + N, as shells do.
   exit_code = code if code >= 0 else 128 - code
-  if profile_dir:
-    runs = sorted(os.listdir(profile_dir)) if os.path.isdir(profile_dir) else []
-    print(f"[tfdist launch] profile of steps {_PROFILE.value}: {profile_dir}, one run per task: "
-          f"{runs or 'none written (did the job reach those steps?)'}. View it with `tensorboard "
-          f"--logdir {profile_dir}` (pip install tensorboard tensorboard-plugin-profile) or xprof.")
-    if runs:
-      _print_profile_summary(profile_dir)
-    if exit_code in _CRASHED:
-      print("[tfdist launch] a task ended with SIGABRT or SIGSEGV in a job traced with "
-            "--profile: TensorFlow 2.21's profiler can corrupt a task's memory when it collects "
-            "the trace of a multi-worker job (docs/known_issues.md, \"TF's profiler in a "
-            "multi-worker job\"). Run the job again, or trace fewer steps; a job that keeps a "
-            f"backup resumes from it under --max_restarts. Received: exit code {exit_code}")
+  # A manifest's pods trace into their own file systems: no folder here to summarize.
+  if options.profile and name != "kubernetes":
+    for line in profile_summary.report(options.profile, os.path.abspath(options.profile_dir),
+                                       exit_code):
+      print(f"[tfdist launch] {line}")
   return exit_code
 
 
-# A task killed by SIGABRT or SIGSEGV, as the launch's exit code (128 + N).
-_CRASHED = (128 + signal.SIGABRT, 128 + signal.SIGSEGV)
-
-
-def _task_variables() -> dict:
-  """What the tasks read from their environment, on every launcher that passes one on:
-  --trains_alone, --stall_timeout (on Ray and in pods each task's wrapper watches it,
-  `tfdist task`), and --profile with its absolute directory."""
-  variables = {}
-  if _TRAINS_ALONE.value:
-    variables[trains_alone.TRAINS_ALONE_ENV] = _TRAINS_ALONE.value
-  if _STALL_TIMEOUT.value is not None:
-    variables[watchdog.STALL_TIMEOUT_ENV] = f"{_STALL_TIMEOUT.value:g}"
-  if _PROFILE.value:
-    progress.parse_steps(_PROFILE.value)  # A ValueError names the form.
-    variables[progress.PROFILE_ENV] = _PROFILE.value
-    # In a pod, the path is the pod's (relative to its working directory), not this machine's.
-    variables[progress.PROFILE_DIR_ENV] = (_PROFILE_DIR.value if _KUBERNETES.value
-                                           else os.path.abspath(_PROFILE_DIR.value))
-  return variables
-
-
-def _print_profile_summary(profile_dir: str) -> None:
-  """The per-task table of the profiled steps, and the straggler if one stands out."""
-  try:
-    rows = profile_summary.summarize(profile_dir)
-  except Exception as e:  # pylint: disable=broad-except  The job's exit code stands.
-    print(f"[tfdist launch] no per-task summary of the profile: {e!r}")
-    return
-  if rows:
-    print("[tfdist launch] per task, per profiled step:\n" + profile_summary.table(rows))
-    line = profile_summary.straggler(rows)
-    if line:
-      print(f"[tfdist launch] {line}")
-
-
-def _launcher(variables) -> launch_lib.Launcher:
-  """The launcher the flags choose, with its own options; its tasks get `variables` beside
-  this machine's environment (a manifest's pods get `variables` alone)."""
-  env = {**os.environ, **variables}
-  chosen = [name for name, given in (("--slurm", _SLURM.value), ("--ray", _RAY.present),
-                                     ("--kubernetes", bool(_KUBERNETES.value))) if given]
+def _backend() -> str:
+  """The registered launcher the flags choose: one engine at most, else local."""
+  chosen = [name for name, given in (("slurm", _SLURM.value), ("ray", _RAY.present),
+                                     ("kubernetes", bool(_KUBERNETES.value))) if given]
   if len(chosen) > 1:  # Each is a different engine: one would be silently ignored.
-    raise ValueError(f"{' and '.join(chosen)} each choose where the job runs: give one of them. "
-                     f"Received: {' '.join(chosen)}")
-  if _SLURM.value:
-    return launch_lib.make_launcher(
-        "slurm", timeout=_TIMEOUT.value, workdir=_WORK_DIR.value,
-        time_minutes=_TIME_MINUTES.value, template=_SBATCH_TEMPLATE.value,
-        extra_directives=_SBATCH_ARGS.value, keras=_KERAS.value,
-        data_work_dir=_DATA_WORK_DIR.value, max_restarts=_MAX_RESTARTS.value, env=env)
-  if _RAY.present:
-    return launch_lib.make_launcher(
-        "ray", address=_RAY.value or None, timeout=_TIMEOUT.value,
-        max_restarts=_MAX_RESTARTS.value, grace_period=_GRACE_PERIOD.value,
-        keras=_KERAS.value, cpus_per_task=_RAY_CPUS.value,
-        resources=ray_launch.parse_resources(_RAY_RESOURCES.value),
-        placement=_RAY_PLACEMENT.value, min_workers=_MIN_WORKERS.value,
-        rescale_timeout=_RESCALE_TIMEOUT.value, data_work_dir=_DATA_WORK_DIR.value, env=env)
-  if _MIN_WORKERS.value is not None:
+    flags_given = " and ".join(f"--{name}" for name in chosen)
+    raise ValueError(f"{flags_given} each choose where the job runs: give one of them. "
+                     f"Received: {' '.join('--' + name for name in chosen)}")
+  if _MIN_WORKERS.value is not None and chosen != ["ray"]:
     raise ValueError("--min_workers needs --ray: only a Ray cluster can place the workers "
                      "elsewhere and grow the job back. Received: --min_workers="
                      f"{_MIN_WORKERS.value} without --ray")
-  if _KUBERNETES.value:
-    return launch_lib.make_launcher("kubernetes", kind=_KUBERNETES.value, image=_IMAGE.value,
-                                    name=_NAME.value, namespace=_NAMESPACE.value,
-                                    run_as_user=_RUN_AS_USER.value,
-                                    network_policy=_NETWORK_POLICY.value != "none",
-                                    keras=_KERAS.value, data_work_dir=_DATA_WORK_DIR.value,
-                                    max_restarts=_MAX_RESTARTS.value, env=variables)
-  return launch_lib.make_launcher("local", timeout=_TIMEOUT.value,
-                                  max_restarts=_MAX_RESTARTS.value, network=_NETWORK.value,
-                                  grace_period=_GRACE_PERIOD.value, keras=_KERAS.value,
-                                  data_work_dir=_DATA_WORK_DIR.value,
-                                  stall_timeout=_STALL_TIMEOUT.value, env=env)
+  return chosen[0] if chosen else "local"
+
+
+# Each backend's own options, from its flags (the shared ones are LaunchOptions).
+_BACKEND_OPTIONS = {
+    "local": lambda: dict(network=_NETWORK.value),
+    "slurm": lambda: dict(workdir=_WORK_DIR.value, time_minutes=_TIME_MINUTES.value,
+                          template=_SBATCH_TEMPLATE.value, extra_directives=_SBATCH_ARGS.value),
+    "ray": lambda: dict(address=_RAY.value or None, cpus_per_task=_RAY_CPUS.value,
+                        resources=ray_launch.parse_resources(_RAY_RESOURCES.value),
+                        placement=_RAY_PLACEMENT.value, min_workers=_MIN_WORKERS.value,
+                        rescale_timeout=_RESCALE_TIMEOUT.value),
+    "kubernetes": lambda: dict(kind=_KUBERNETES.value, image=_IMAGE.value, name=_NAME.value,
+                               namespace=_NAMESPACE.value, run_as_user=_RUN_AS_USER.value,
+                               network_policy=_NETWORK_POLICY.value != "none"),
+}

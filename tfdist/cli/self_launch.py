@@ -67,8 +67,9 @@ def run(name: str, module: ModuleType, spec: ClusterSpec, *, timeout: float,
 
   `keras`: the tasks' Keras (see `tfdist.launch._task_keras`).
   """
-  return launch_lib.launch_local(command(name, module, extra_flags), spec, timeout=timeout,
-                                 max_restarts=max_restarts, output=output, keras=keras)
+  options = launch_lib.LaunchOptions(timeout=timeout, max_restarts=max_restarts,
+                                     output=output, keras=keras)
+  return launch_lib.launch_local(command(name, module, extra_flags), spec, options)
 
 
 def run_for_result(name: str, module: ModuleType, spec: ClusterSpec, *, timeout: float,

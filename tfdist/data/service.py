@@ -5,7 +5,7 @@ the pipeline can run elsewhere: a dispatcher hands out the dataset's splits
 and data workers on other machines (or cores) run it, sending finished
 batches to the trainers. `tfdist launch --data_workers N` starts the
 servers beside a cluster (`dispatch_server` and `worker_server`, through
-`tfdist data_service`) and tells every trainer where they are;
+`serve`) and tells every trainer where they are;
 `distribute` sends a pipeline through them.
 
 Processing modes (TF's names; tf.data.experimental.service.ShardingPolicy):
@@ -28,7 +28,8 @@ Example:
 """
 
 import os
-from typing import Optional, Union
+import sys
+from typing import Mapping, Optional, TextIO, Union
 
 import tensorflow as tf
 
@@ -145,3 +146,46 @@ def worker_server(dispatcher: str, port: int,
   return _SERVICE.WorkerServer(_SERVICE.WorkerConfig(
       dispatcher_address=dispatcher, port=port, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
       **options))
+
+
+def serve(role: str, port: int = 0, *, dispatcher_address: Optional[str] = None,
+          worker_address: Optional[str] = None, work_dir: Optional[str] = None,
+          environ: Optional[Mapping[str, str]] = None, out: Optional[TextIO] = None) -> None:
+  """Runs one server of the service until the process is stopped; a line when it listens.
+
+  What `tfdist data_service` runs, and the servers a launcher starts beside its
+  tasks (`python -m tfdist.launch._serve_data_service`).
+
+  Args:
+    role: "dispatcher" or "worker".
+    port: the port to listen on (0: any free port).
+    dispatcher_address: a worker's dispatcher, "host:port".
+    worker_address: how trainers reach a worker ("host:port"), when not
+      localhost. None: `TFDIST_NODE_ADDRESS`:its port where a launcher sets it
+      (Ray), else localhost.
+    work_dir: a dispatcher's journal, so that a restart resumes every job.
+    environ: where `TFDIST_NODE_ADDRESS` is read (default os.environ).
+    out: where the line goes (default sys.stdout).
+
+  Raises:
+    ValueError: an unknown role, or a worker without its dispatcher.
+  """
+  environ = os.environ if environ is None else environ
+  out = out or sys.stdout
+  if role == "dispatcher":
+    server = dispatch_server(port, work_dir)
+    out.write(f"tf.data service dispatcher listening at {server.target}\n")
+  elif role == "worker":
+    if not dispatcher_address:
+      raise ValueError("a worker needs --dispatcher_address=host:port. "
+                       "Received: --dispatcher_address unset")
+    node = environ.get(data_service_lib.NODE_ADDRESS_ENV)
+    if worker_address is None and node:  # TF fills in the port it listens on.
+      worker_address = f"{node}:%port%"
+    server = worker_server(dispatcher_address, port, worker_address)
+    out.write(f"tf.data service worker on port {port or '(any)'}, registered with "
+              f"{dispatcher_address}\n")
+  else:
+    raise ValueError(f"`role` must be 'dispatcher' or 'worker'. Received: role={role!r}")
+  out.flush()
+  server.join()

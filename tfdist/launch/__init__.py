@@ -1,7 +1,7 @@
 """Launching: one command as every task of a cluster, here, on SLURM, Ray or Kubernetes.
 
-- `launcher`: the `Launcher` contract, the `Job` it runs, and the registry
-  that `tfdist launch` dispatches on;
+- `launcher`: the `Launcher` contract, the `Job` it runs, the `LaunchOptions`
+  every backend shares, and the registry `tfdist launch` picks a backend from;
 - `local`: processes on this machine (`launch_local`, `LocalLauncher`);
 - `private_network`: the loopback-only network namespace local tasks run in;
 - `notebook`: a function or script as a cluster, from a notebook cell, here or
@@ -16,7 +16,8 @@
 Example:
 
     >>> from tfdist import launch
-    >>> launch.launch_local(["python", "train.py"], ClusterSpec.local(workers=2))
+    >>> options = launch.LaunchOptions(max_restarts=1, stall_timeout=120)
+    >>> launch.make_launcher("local", options).launch(["python", "train.py"], launch.Job(workers=2))
     0
 """
 
@@ -30,9 +31,10 @@ from tfdist.launch import private_network
 from tfdist.launch import _ray
 from tfdist.launch import _slurm
 from tfdist.launch import watchdog
-from tfdist.launch._launcher import Job, Launcher, available_launchers, make_launcher
+from tfdist.launch._launcher import (Job, LaunchError, LaunchOptions, Launcher,
+                                    available_launchers, make_launcher)
 from tfdist.launch._local import (GRACE_PERIOD_SECONDS, NETWORKS, STALL_EXIT_CODE, TIMEOUT_EXIT_CODE,
-                                 LaunchError, LocalLauncher, launch_local, must_finish,
+                                 CannotStart, LocalLauncher, launch_local, must_finish,
                                  task_environment)
 from tfdist.launch._notebook import notebook_launch, ray_launch
 # The folder whose sitecustomize makes `import keras` scripts train under multi-worker
@@ -48,6 +50,6 @@ _launcher.register(_slurm.SlurmLauncher)
 _launcher.register(_kubernetes.KubernetesLauncher)
 _launcher.register(_ray.RayLauncher)
 
-__all__ = ["GRACE_PERIOD_SECONDS", "Job", "LaunchError", "Launcher", "LocalLauncher", "NETWORKS", "STALL_EXIT_CODE", "TASK_SITE_DIR", "TIMEOUT_EXIT_CODE",
+__all__ = ["CannotStart", "GRACE_PERIOD_SECONDS", "Job", "LaunchError", "LaunchOptions", "Launcher", "LocalLauncher", "NETWORKS", "STALL_EXIT_CODE", "TASK_SITE_DIR", "TIMEOUT_EXIT_CODE",
            "available_launchers", "launch_local", "make_launcher", "must_finish",
            "notebook_launch", "private_network", "ray_launch", "task_environment", "watchdog"]

@@ -1,7 +1,8 @@
 """The tf.data service's servers beside a local cluster: their commands and restart rule.
 
-A dispatcher and its data workers run as `tfdist data_service` processes on
-the ports of a `DataServiceSpec`. They never finish by themselves. A lost data
+A dispatcher and its data workers run as processes
+(`python -m tfdist.launch._serve_data_service`, as `tfdist data_service` runs
+them on users' own nodes) on the ports of a `DataServiceSpec`. They never finish by themselves. A lost data
 worker is restarted alone on its port (TF lets data workers come and go; the
 splits it held that epoch are not visited), a lost dispatcher too when it
 journals to a work dir; otherwise the job stops, because trainers would wait
@@ -33,7 +34,7 @@ class DataServers:
   def commands(self) -> List[Tuple[cluster_lib.TaskSpec, List[str]]]:
     """(server, command line) for the dispatcher and every data worker."""
     service = self.service
-    server = [sys.executable, "-m", "tfdist", "data_service"]
+    server = [sys.executable, "-m", "tfdist.launch._serve_data_service"]
     _, port = cluster_lib.split_address(service.dispatcher)
     journal = [f"--work_dir={service.work_dir}"] if service.work_dir else []
     servers = [(cluster_lib.TaskSpec(DISPATCHER, 0),

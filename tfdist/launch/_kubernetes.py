@@ -69,7 +69,7 @@ import json
 import logging
 import re
 import sys
-from typing import Dict, List, Mapping, Optional, Sequence, TextIO
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from tfdist import _variables as variables
 from tfdist.cluster import _data_service as data_service_lib
@@ -401,30 +401,34 @@ class KubernetesLauncher(launcher_lib.Launcher):
 
   name = "kubernetes"
 
-  def __init__(self, *, kind: str = "indexed", image: str, name: str = "tfdist",
-               namespace: str = "default", output: Optional[TextIO] = None,
-               keras: Optional[str] = None, data_work_dir: Optional[str] = None,
-               max_restarts: int = 0, run_as_user: Optional[int] = None,
-               network_policy: bool = True, env: Optional[Mapping[str, str]] = None):
+  def __init__(self, options: Optional[launcher_lib.LaunchOptions] = None, *,
+               kind: str = "indexed", image: str, name: str = "tfdist",
+               namespace: str = "default", run_as_user: Optional[int] = None,
+               network_policy: bool = True):
+    super().__init__(options)
     if kind not in MANIFESTS:
       raise ValueError(f"`kind` must be one of {sorted(MANIFESTS)}. Received: {kind!r}")
-    self.kind, self.output = kind, output
-    self.options = ManifestOptions(
+    options = self.options
+    self.kind = kind
+    self.manifest = ManifestOptions(
         image=image, name=name, namespace=namespace,
-        # The flag, else tf_keras: this machine's environment stays out of manifests.
-        keras=task_keras.resolve(keras, {}),
+        # The option, else tf_keras: this machine's environment stays out of manifests.
+        keras=task_keras.resolve(options.keras, {}),
         # Any value journals: in a pod the journal lives on the pod's own volume.
-        data_journal=bool(data_work_dir), run_as_user=run_as_user,
-        network_policy=network_policy, max_restarts=max_restarts, env=dict(env or {}))
+        data_journal=bool(options.data_work_dir), run_as_user=run_as_user,
+        network_policy=network_policy, max_restarts=options.max_restarts,
+        # Only what was given, and the watch, profile and trains-alone settings: a pod's
+        # profile folder stays relative to its own working directory.
+        env={**(options.env or {}), **options.task_variables(profile_dir_here=False)})
 
   def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:
     job, _ = launcher_lib.with_coordinator(job)
-    docs = MANIFESTS[self.kind](job, command, self.options)
-    if not self.options.network_policy:
+    docs = MANIFESTS[self.kind](job, command, self.manifest)
+    if not self.manifest.network_policy:
       logging.getLogger("tfdist").warning(
           "No NetworkPolicy: any pod that reaches the job's pods on port %d and up%s can run "
           "code in them, as TensorFlow's servers have no authentication. Isolate the "
           "namespace yourself, or drop --network_policy=none.", PORT,
           f" or {DATA_PORT}" if job.data_workers else "")
-    (self.output or sys.stdout).write(to_yaml(docs))
+    (self.options.output or sys.stdout).write(to_yaml(docs))
     return 0

@@ -82,11 +82,12 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
   with result_channel.made() as result_file:
     if callable(function_or_script):
       env[result_channel.RESULT_FILE_ENV] = result_file
+    options = launcher.LaunchOptions(timeout=timeout, output=output, env=env)
     if ray is None:
-      chosen = local.LocalLauncher(timeout=timeout, output=output, env=env)
+      chosen = local.LocalLauncher(options)
     else:
       from tfdist.launch import _ray as ray_lib  # pylint: disable=import-outside-toplevel
-      chosen = ray_lib.RayLauncher(address=ray or None, timeout=timeout, output=output, env=env)
+      chosen = ray_lib.RayLauncher(options, address=ray or None)
     code = chosen.launch(command, job)
     if code != 0:
       raise local.LaunchError(f"The cluster {job} ended with exit code {code}; see the lines "

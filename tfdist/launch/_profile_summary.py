@@ -1,42 +1,34 @@
 """Per task, from `tfdist launch --profile`'s traces: step time, input wait, time in collectives.
 
-Each task's run under the profile directory holds one trace. In a synchronous
-job every task's step lasts as long as the slowest's: the others wait in the
+Each task's run under the profile directory holds one trace; `read` makes a
+`tfdist._step_times.TaskSteps` row of it, the rows tasks write while they
+train, with their wait in the collectives besides. In a synchronous job every
+task's step lasts as long as the slowest's: the others wait in the
 collectives. So the task to look at is the one that waits least there, and
 why is where its step went: waiting for input (the iterator's get-next) or
-computing.
+computing (`step_times.straggler`).
 
 Example:
 
-    >>> rows = summarize("tfdist-profile")
-    >>> print(table(rows)); print(straggler(rows))
+    >>> rows = read("tfdist-profile")
+    >>> print(step_times.table(rows)); print(step_times.straggler(rows))
 """
 
-import dataclasses
 import glob
 import os
-from typing import List, Optional
+import signal
+from typing import List
 
 from tfdist import _step_times as step_times
 from tfdist import progress
 
-# A task is the straggler when the others wait in collectives this much longer than it.
-MARKED = 2.0
 
+def read(profile_dir: str) -> List[step_times.TaskSteps]:
+  """A row per task run under `profile_dir` (its newest trace), with its collectives' wait.
 
-@dataclasses.dataclass(frozen=True)
-class TaskProfile:
-  """One task's profiled steps, in milliseconds per step."""
-
-  task: str
-  steps: int
-  step_ms: float
-  input_ms: float
-  collective_ms: float
-
-
-def summarize(profile_dir: str) -> List[TaskProfile]:
-  """A `TaskProfile` per task run under `profile_dir` (its newest trace)."""
+  A trace gives each step's mean only: the row's medians are its means, its
+  p95s None.
+  """
   from tfdist.internals import xplane  # pylint: disable=import-outside-toplevel  Loads TF.
   rows = []
   for run in sorted(os.listdir(profile_dir)):
@@ -54,30 +46,46 @@ def summarize(profile_dir: str) -> List[TaskProfile]:
     collective_ms = sum(ms for name, (ms, _) in events.items()
                         if name.rpartition(":")[2].startswith("Collective")
                         and "::" not in name)
-    rows.append(TaskProfile(progress.task_name(run), steps, step_ms / steps, input_ms / steps,
-                            collective_ms / steps))
+    step, wait = step_ms / steps / 1000, input_ms / steps / 1000
+    rows.append(step_times.TaskSteps(
+        progress.task_name(run), steps, step, None, input_median=wait,
+        input_share=min(1.0, wait / step) if step else None, step_mean=step,
+        collective_wait=collective_ms / steps / 1000))
   return rows
 
 
-def table(rows: List[TaskProfile]) -> str:
-  """The rows as an aligned text table."""
-  lines = [f"{'task':<12} {'steps':>5} {'step ms':>9} {'input wait ms':>14} "
-           f"{'collectives ms':>15}"]
-  lines += [f"{r.task:<12} {r.steps:>5} {r.step_ms:>9.1f} {r.input_ms:>14.1f} "
-            f"{r.collective_ms:>15.1f}" for r in rows]
-  return "\n".join(lines)
+# A task killed by SIGABRT or SIGSEGV, as a launch's exit code (128 + N, as shells do).
+_CRASHED = (128 + signal.SIGABRT, 128 + signal.SIGSEGV)
 
 
-def straggler(rows: List[TaskProfile]) -> Optional[str]:
-  """One line naming the task the others wait for, and why; None if none stands out."""
-  if len(rows) < 2:
-    return None
-  slowest = min(rows, key=lambda r: r.collective_ms)
-  others = [r.collective_ms for r in rows if r is not slowest]
-  if min(others) < MARKED * slowest.collective_ms + 1.0:
-    return None
-  why = ("input-bound: it waits for its input pipeline" if slowest.input_ms >=
-         step_times.INPUT_BOUND_SHARE * slowest.step_ms else "computing: its steps take longer")
-  return (f"{slowest.task} is the straggler, {why} ({slowest.input_ms:.1f} ms of input wait in "
-          f"a {slowest.step_ms:.1f} ms step) while the others wait "
-          f"{min(others):.1f} ms or more per step in collectives")
+def report(steps: str, profile_dir: str, exit_code: int) -> List[str]:
+  """What a launch traced with `--profile=steps` says at its end, a line each.
+
+  The runs written under `profile_dir`, the per-task table of the profiled steps
+  with the straggler if one stands out, and the profiler's known crash when a
+  task ended with SIGABRT or SIGSEGV.
+  """
+  runs = sorted(os.listdir(profile_dir)) if os.path.isdir(profile_dir) else []
+  lines = [f"profile of steps {steps}: {profile_dir}, one run per task: "
+           f"{runs or 'none written (did the job reach those steps?)'}. View it with "
+           f"`tensorboard --logdir {profile_dir}` (pip install tensorboard "
+           "tensorboard-plugin-profile) or xprof."]
+  if runs:
+    try:
+      rows = read(profile_dir)
+    except Exception as e:  # pylint: disable=broad-except  The job's exit code stands.
+      rows = []
+      lines.append(f"no per-task summary of the profile: {e!r}")
+    if rows:
+      lines.append("per task, per profiled step:\n" + step_times.table(rows))
+      line = step_times.straggler(rows)
+      if line:
+        lines.append(line)
+  if exit_code in _CRASHED:
+    lines.append(
+        "a task ended with SIGABRT or SIGSEGV in a job traced with --profile: TensorFlow "
+        "2.21's profiler can corrupt a task's memory when it collects the trace of a "
+        "multi-worker job (docs/known_issues.md, \"TF's profiler in a multi-worker job\"). "
+        "Run the job again, or trace fewer steps; a job that keeps a backup resumes from it "
+        f"under --max_restarts. Received: exit code {exit_code}")
+  return lines

@@ -50,7 +50,6 @@ from tfdist.cluster import _elastic as elastic
 from tfdist.launch import _data_servers as data_servers
 from tfdist.launch import _exposure as exposure
 from tfdist.launch import _launcher as launcher_lib
-from tfdist.launch import _local as local
 from tfdist.launch import _ray_placement as ray_placement
 from tfdist.launch import _result_channel as result_channel
 from tfdist.launch import _supervision as supervision
@@ -204,7 +203,7 @@ class TaskProcess:
     file in a folder made here for it, which `result` hands back.
     """
     import ray  # pylint: disable=import-outside-toplevel  Runs on a Ray node.
-    # A data worker registers at this node's address (tfdist data_service).
+    # A data worker registers at this node's address (tfdist.data.service.serve).
     full_env = {**os.environ, **env,
                 data_service_lib.NODE_ADDRESS_ENV: ray.util.get_node_ip_address()}
     if reports:
@@ -318,7 +317,8 @@ def remove_when_gone(folders: Sequence[str]):
 
 
 def _watched(command: Sequence[str], env: Mapping[str, str]) -> List[str]:
-  """A training task's command under `tfdist task`, which watches it for stalls on its node.
+  """A training task's command under the task wrapper (`tfdist.launch._task`, which `tfdist
+  task` runs too): it watches the task for stalls on its node.
 
   The launcher cannot read a task's progress on another node; the wrapper beside
   it can (`tfdist.launch.watchdog.watch_task`). A missing program is refused
@@ -331,7 +331,7 @@ def _watched(command: Sequence[str], env: Mapping[str, str]) -> List[str]:
     return list(command)  # A ps task, a parameter-server worker, an evaluator: never step.
   if shutil.which(command[0], path=env.get("PATH")) is None:
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command[0])
-  return [sys.executable, "-m", "tfdist", "task", "--", *command]
+  return [sys.executable, "-m", "tfdist.launch._task", "--", *command]
 
 
 def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
@@ -472,10 +472,13 @@ def name_stragglers(folder: str, done: threading.Event, report,
 class RayLauncher(launcher_lib.Launcher):
   """Every task as a process on a node of a Ray cluster, supervised from here.
 
-  Args (keyword-only):
-    address: the Ray cluster ("host:port", "auto" or "local"); None: `RAY_ADDRESS`.
-    timeout, max_restarts, grace_period, keras: as `tfdist.launch.launch_local`.
-    env: the tasks' base environment (default this process's); `output`: where lines go.
+  Args:
+    options: what every launcher shares (`tfdist.launch.LaunchOptions`): as
+      `tfdist.launch.launch_local` takes them. Each task's local process watches
+      the stall timeout on its node; `data_work_dir`, with a job's
+      `data_workers`, is a folder on the dispatcher's node.
+    address (keyword-only, as the rest): the Ray cluster ("host:port", "auto"
+      or "local"); None: `RAY_ADDRESS`.
     cpus_per_task: CPUs each task's bundle holds.
     resources: task type -> resources replacing or adding to the defaults
       (`parse_resources`), e.g. {"worker": {"GPU": 2, "memory": 8e9}}.
@@ -484,8 +487,6 @@ class RayLauncher(launcher_lib.Launcher):
       within `rescale_timeout` after a failure goes on with at least this
       many, and grows back when the cluster has room (None: never fewer).
     rescale_timeout: seconds to wait for every worker before going on with fewer.
-    data_work_dir: with a job's `data_workers`, where the tf.data service's
-      dispatcher journals (a folder on the dispatcher's node).
 
   Raises:
     ValueError: a bad placement, CPU count or min_workers.
@@ -493,15 +494,12 @@ class RayLauncher(launcher_lib.Launcher):
 
   name = "ray"
 
-  def __init__(self, *, address: Optional[str] = None, timeout: Optional[float] = None,
-               max_restarts: int = 0, env: Optional[Mapping[str, str]] = None,
-               output: Optional[TextIO] = None,
-               grace_period: float = local.GRACE_PERIOD_SECONDS,
-               keras: Optional[str] = None, cpus_per_task: float = 1.0,
+  def __init__(self, options: Optional[launcher_lib.LaunchOptions] = None, *,
+               address: Optional[str] = None, cpus_per_task: float = 1.0,
                resources: Optional[Mapping[str, Mapping[str, float]]] = None,
                placement: str = "SPREAD", min_workers: Optional[int] = None,
-               rescale_timeout: float = ray_placement.RESCALE_SECONDS,
-               data_work_dir: Optional[str] = None):
+               rescale_timeout: float = ray_placement.RESCALE_SECONDS):
+    super().__init__(options)
     if placement not in PLACEMENTS:
       raise ValueError(f"`placement` must be one of {list(PLACEMENTS)}. "
                        f"Received: placement={placement!r}")
@@ -510,12 +508,9 @@ class RayLauncher(launcher_lib.Launcher):
     if min_workers is not None and not (isinstance(min_workers, int) and min_workers >= 1):
       raise ValueError(f"`min_workers` must be an integer >= 1 (or None: never fewer "
                        f"workers). Received: min_workers={min_workers!r}")
-    self.address, self.timeout, self.max_restarts = address, timeout, max_restarts
-    self.env, self.output, self.grace_period = env, output, grace_period
-    self.keras, self.cpus_per_task, self.placement = keras, cpus_per_task, placement
+    self.address, self.cpus_per_task, self.placement = address, cpus_per_task, placement
     self.resources = dict(resources or {})
     self.min_workers, self.rescale_timeout = min_workers, rescale_timeout
-    self.data_work_dir = data_work_dir
 
   def _check_elastic(self, job: launcher_lib.Job) -> None:
     if self.min_workers is None:
@@ -528,20 +523,21 @@ class RayLauncher(launcher_lib.Launcher):
     if self.min_workers > job.workers:
       raise ValueError(f"--min_workers must be at most --workers. Received: "
                        f"min_workers={self.min_workers}, workers={job.workers}")
-    if not self.max_restarts:
+    if not self.options.max_restarts:
       raise ValueError(
           "--min_workers resumes a job on fewer workers after a failure, which needs "
           "restarts: give --max_restarts >= 1 too. Received: "
           f"min_workers={self.min_workers}, max_restarts=0")
 
   def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:
-    output = self.output or sys.stdout
-    if self.data_work_dir and not job.data_workers:
+    options = self.options
+    output = options.output or sys.stdout
+    if options.data_work_dir and not job.data_workers:
       raise ValueError("`data_work_dir` journals a tf.data service's dispatcher; give "
                        "data_workers >= 1 too. Received: data_workers=0, "
-                       f"data_work_dir={self.data_work_dir!r}")
+                       f"data_work_dir={options.data_work_dir!r}")
     self._check_elastic(job)
-    address = resolve_address(self.address, self.env)
+    address = resolve_address(self.address, options.env)
     job, note = launcher_lib.with_coordinator(job)
     if note:
       output.write(f"[tfdist launch] {note}\n")
@@ -555,25 +551,27 @@ class RayLauncher(launcher_lib.Launcher):
           min_workers=self.min_workers, rescale_timeout=self.rescale_timeout)
       output.write(f"[tfdist launch] {placement.spec()} on Ray at {address}\n")
       if job.data_workers:
-        output.write(f"[tfdist launch] {placement.data_service(self.data_work_dir)}\n")
+        output.write(f"[tfdist launch] {placement.data_service(options.data_work_dir)}\n")
       output.write(f"[tfdist launch] {exposure.warning('ray', _ports(placement, job))}\n")
       output.flush()
       # Each task's local process connects to Ray too, with the launcher's credentials.
-      base = with_auth(os.environ if self.env is None else self.env)
-      env = {**base, **task_keras.variables(self.keras, base),
+      base = with_auth(options.environment())
+      env = {**base, **task_keras.variables(options.keras, base),
              PLACEMENT_GROUP_ENV: placement.group,
              ADDRESS_ENV: ray.get_runtime_context().gcs_address}
-      trains_alone.mode(env)  # A bad TFDIST_TRAINS_ALONE fails now, not after the job.
+      # A bad TFDIST_TRAINS_ALONE or TFDIST_STALL_TIMEOUT fails now, not after the job.
+      trains_alone.mode(env)
+      watchdog.resolve_timeout(None, job.num_tasks, env)
       # Each task's local process leaves its node's records of joining a collective here.
       with trains_alone.joined_folder(env) as joined_dir:
-        cluster = _Cluster(command, env, output, self.grace_period, placement,
-                           self.data_work_dir)
+        cluster = _Cluster(command, env, output, options.grace_period, placement,
+                           options.data_work_dir)
         trained = threading.Event()
         namer = threading.Thread(target=name_stragglers, name="tfdist-stragglers",
                                  args=(joined_dir, trained, cluster.report), daemon=True)
         namer.start()
         try:
-          code = cluster.run(self.timeout, self.max_restarts)
+          code = cluster.run(options.timeout, options.max_restarts)
         finally:
           trained.set()
           namer.join(timeout=10)  # Its last line comes before the table.

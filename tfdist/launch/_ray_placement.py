@@ -26,6 +26,7 @@ from tfdist import cluster as cluster_lib
 from tfdist.cluster import _data_service as data_service_lib
 from tfdist.cluster import _spec as spec_lib
 from tfdist.launch import _data_servers as data_servers
+from tfdist.launch import _launcher as launcher_lib
 
 # Seconds to wait for the cluster to have room for every task.
 RESERVE_SECONDS = 60.0
@@ -40,8 +41,10 @@ _SUFFIXES = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
 SERVER_TYPES = (data_servers.DISPATCHER, data_servers.DATA_WORKER)
 
 
-class RayUnavailable(RuntimeError):
+class RayUnavailable(launcher_lib.LaunchError):
   """Ray is not installed, or no Ray cluster was named, reached, or had room."""
+
+  exit_code = 2
 
 
 def task_resources(ray, task: cluster_lib.TaskSpec, cpus: float,

@@ -58,7 +58,7 @@ _POLL_SECONDS = 1.0
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
-class SlurmError(RuntimeError):
+class SlurmError(launcher_lib.LaunchError):
   """sbatch, squeue or scontrol failed or said something unexpected."""
 
 
@@ -251,21 +251,23 @@ _DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 
 
 def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
-                    workdir: Optional[str] = None, timeout: Optional[float] = None,
-                    env: Optional[Mapping[str, str]] = None, output: Optional[TextIO] = None,
-                    keras: Optional[str] = None, **render_options) -> int:
+                    options: Optional[launcher_lib.LaunchOptions] = None,
+                    workdir: Optional[str] = None, **render_options) -> int:
   """Submits `command` as an ntasks-task job, streams its output, returns its exit code.
 
   Args:
     command: what every task runs.
     ntasks: SLURM tasks, one TensorFlow task each.
     num_ps: parameter servers among them (task 0 is then the chief).
+    options: what every launcher shares (`tfdist.launch.LaunchOptions`). Here
+      `timeout` cancels the job (exit code 124); sbatch exports `env` (default:
+      this process's) with the tasks' Keras and the stall watch, profile and
+      trains-alone settings; `output` gets the job's lines; a failed step runs
+      again up to `max_restarts` times in the same allocation. SLURM's own
+      KillWait, not `grace_period`, is the time between SIGTERM and SIGKILL.
     workdir: where the script and the job's output go (default: current dir).
-    timeout: seconds before the job is cancelled (exit code 124).
-    env: the environment sbatch exports to the job (default: this one).
-    output: where to stream the job's output (default: sys.stdout).
-    keras: the tasks' Keras (see `tfdist.launch._task_keras`); sbatch exports it.
-    **render_options: passed to `render` (job_name, time_minutes, template, ...).
+    **render_options: passed to `render` (job_name, time_minutes, template,
+      extra_directives, data_workers).
 
   Returns:
     The job's exit code; 124 after `timeout`; TRAINS_ALONE_EXIT_CODE of
@@ -276,9 +278,12 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
     SlurmError: sbatch failed, e.g. no SLURM controller.
     ValueError: a bad TFDIST_TRAINS_ALONE or TFDIST_STALL_TIMEOUT, or what `render` refuses.
   """
-  output = output or sys.stdout
-  base = os.environ if env is None else env
-  env = {**base, **task_keras.variables(keras, base)}
+  options = options or launcher_lib.LaunchOptions()
+  output, timeout = options.output or sys.stdout, options.timeout
+  render_options.update(max_restarts=options.max_restarts,
+                        data_work_dir=options.data_work_dir)
+  base = options.environment()
+  env = {**base, **task_keras.variables(options.keras, base)}
   # A bad TFDIST_TRAINS_ALONE or TFDIST_STALL_TIMEOUT fails now, not after the job or in every task.
   trains_alone.mode(env)
   watchdog.resolve_timeout(None, ntasks, env)
@@ -360,15 +365,19 @@ class SlurmLauncher(launcher_lib.Launcher):
 
   name = "slurm"
 
-  def __init__(self, *, timeout: Optional[float] = None, workdir: Optional[str] = None,
-               env: Optional[Mapping[str, str]] = None, output: Optional[TextIO] = None,
-               keras: Optional[str] = None, **render_options):
-    self.options = dict(timeout=timeout, workdir=workdir, env=env, output=output, keras=keras,
-                        **render_options)
+  def __init__(self, options: Optional[launcher_lib.LaunchOptions] = None, *,
+               workdir: Optional[str] = None, job_name: str = "tfdist",
+               time_minutes: int = 60, extra_directives: Sequence[str] = (),
+               template: Optional[str] = None):
+    super().__init__(options)
+    self.workdir = workdir
+    self.render_options = dict(job_name=job_name, time_minutes=time_minutes,
+                               extra_directives=tuple(extra_directives), template=template)
 
   def launch(self, command: Sequence[str], job: launcher_lib.Job) -> int:
     job, note = launcher_lib.with_coordinator(job)
     if note:
-      (self.options["output"] or sys.stdout).write(f"[tfdist launch] {note}\n")
-    return submit_and_wait(command, ntasks=job.num_tasks, num_ps=job.ps,
-                           data_workers=job.data_workers, **self.options)
+      (self.options.output or sys.stdout).write(f"[tfdist launch] {note}\n")
+    return submit_and_wait(command, ntasks=job.num_tasks, num_ps=job.ps, options=self.options,
+                           workdir=self.workdir, data_workers=job.data_workers,
+                           **self.render_options)

@@ -29,6 +29,7 @@ from tfdist import cluster as cluster_lib
 from tfdist import progress
 from tfdist.cluster import _grace as grace
 from tfdist.launch import _data_servers as data_servers
+from tfdist.launch._launcher import LaunchError
 from tfdist.launch import watchdog as watchdog_lib
 
 _TAIL_LINES = 20
@@ -43,8 +44,10 @@ _READ_BYTES = 65536
 _LINE_END = re.compile(rb"([\r\n])")
 
 
-class LaunchError(RuntimeError):
-  """A local cluster could not start a task, or (`notebook_launch`) its job failed."""
+class CannotStart(LaunchError):
+  """A task's command could not start: not found, or not executable."""
+
+  exit_code = 127  # As shells exit for a command they cannot find.
 
 
 # Linux's prctl(PR_SET_PDEATHSIG): the kernel signals the child when its parent
@@ -234,7 +237,7 @@ class Cluster:
           start_new_session=True,  # Own process group: stop its children too.
           preexec_fn=die_with_parent(os.getpid()))
     except OSError as e:
-      raise LaunchError(
+      raise CannotStart(
           f"Could not start task {task}: {e.strerror}. Check that the command "
           f"exists and is executable. Received: command={self.command!r}") from e
     tail: Deque[str] = collections.deque(maxlen=_TAIL_LINES)

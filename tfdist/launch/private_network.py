@@ -25,6 +25,7 @@ from typing import Callable, Iterator, List, Optional
 
 from tfdist import _variables as variables
 from tfdist import cluster as cluster_lib
+from tfdist.launch import _launcher as launcher_lib
 
 # The holder: in the new namespace `lo` starts down; bring it up (SIOCGIFFLAGS,
 # SIOCSIFFLAGS with IFF_UP), say so, then live until the launcher closes stdin.
@@ -55,8 +56,10 @@ _START_SECONDS = 10
 NETWORK_ENV = variables.NETWORK
 
 
-class Unavailable(RuntimeError):
+class Unavailable(launcher_lib.LaunchError):
   """This machine cannot create a private network namespace."""
+
+  exit_code = 2
 
 
 @contextlib.contextmanager

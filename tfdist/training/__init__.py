@@ -17,7 +17,7 @@
 - `timing`: step and epoch times.
 
 `__all__` is the public surface. Modules whose names start with an underscore
-(`_process`, `_user_code`) serve tfdist's own mains and may change in any
+(`_user_code`) serve tfdist's own mains and may change in any
 release. Submodules load on first use
 (`tfdist.training.loop`), so importing the package loads no TensorFlow.
 """

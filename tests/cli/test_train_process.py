@@ -1,8 +1,8 @@
-"""tfdist.training._process: one `tfdist train` in a fresh process, and its result."""
+"""tfdist.cli._train_process: one `tfdist train` in a fresh process, and its result."""
 
 import pytest
 
-from tfdist.training import _process as train_process
+from tfdist.cli import _train_process as train_process
 
 
 @pytest.mark.slow
