@@ -71,7 +71,7 @@ browser:
 test: install slurm browser
 	@($(MAKE) --no-print-directory $(OLDEST)/.stack > $(OLDEST).log 2>&1; \
 	  echo $$? > $(OLDEST).code) & \
-	start=$$(date +%s); $(BIN)/python -m pytest -n 3 --dist loadfile -m "not alone"; \
+	start=$$(date +%s); $(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder -m "not alone"; \
 	  code=$$?; echo "phase 1 (not alone, 3 processes): $$(( $$(date +%s) - start )) s of wall time"; \
 	  wait; if [ "$$(cat $(OLDEST).code)" != 0 ]; then cat $(OLDEST).log; \
 	  echo "installing TensorFlow 2.17 for the third phase failed (above)"; exit 1; fi; \
@@ -85,7 +85,7 @@ test: install slurm browser
 # stack is installed first, as a user's image has it; installing tfdist beside it must
 # change none of it.
 test-versions: $(OLDEST)/.installed
-	$(OLDEST)/bin/python -m pytest -n 3 --dist loadfile -q -m "versions and not alone and not slurm"
+	$(OLDEST)/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder -q -m "versions and not alone and not slurm"
 
 # The stack, then what tfdist[test] requires beside it (read from setup.cfg, with the build
 # backend): all of it while the first phase runs. tfdist itself comes later, without

@@ -121,8 +121,10 @@ def _data_server_pids(launcher: int):
         return True
     return False
 
+  # The launcher starts each as `python -m <tfdist's server module> --role=...`.
   return {pid: ("worker" if b"--role=worker" in words else "dispatcher")
-          for pid, words in commands.items() if b"data_service" in words and descends(pid)}
+          for pid, words in commands.items()
+          if any(w.endswith(b"_serve_data_service") for w in words) and descends(pid)}
 
 
 def _alive(pid: int) -> bool:

@@ -29,9 +29,9 @@ gc.collect()
 gc.freeze()
 
 
-# The heaviest files first: under `--dist loadfile` a free worker takes the next file, so
-# a long one collected last (training/ sorts late) would run on alone at the end while
-# the other workers idle. By worker-seconds of a full first phase, heaviest first
+# The heaviest files first: under `--dist loadfile --no-loadscope-reorder` (make test) a
+# free worker takes the next file in this order, so a long one handed out last would run
+# on alone at the end while the other workers idle. By worker-seconds of a full first phase, heaviest first
 # (docs/suite-time.md, "The suite's workers and order"); the rest keep their order after these.
 HEAVIEST_FIRST = (
     "launch/test_ray.py", "training/test_loop.py", "training/test_checkpoints.py",

@@ -176,3 +176,9 @@ def test_a_profile_whose_tasks_wait_alike_in_the_collectives_names_no_one():
   # A live table has no collectives column.
   assert "collectives" not in step_times.table(
       [step_times.summarize("worker:0", 50, [0.1] * 50)])
+
+
+def test_a_live_row_carries_no_profile_field_an_older_reader_would_refuse():
+  text = step_times.to_text(step_times.summarize("worker:1", 7, [0.1] * 7, [0.01] * 7))
+  assert "collective_wait" not in json.loads(text)
+  assert step_times.from_text(text).collective_wait is None

@@ -107,7 +107,10 @@ def summarize(task: str, steps: int, step_seconds: Sequence[float],
 
 def to_text(row: TaskSteps) -> str:
   """One JSON line, as a task writes its `.steps` file."""
-  return json.dumps(dataclasses.asdict(row))
+  fields = dataclasses.asdict(row)
+  if fields["collective_wait"] is None:  # A profile's only: an older reader knows no such field.
+    del fields["collective_wait"]
+  return json.dumps(fields)
 
 
 # A task's name, as TF_CONFIG's task types and a file's stem (`worker-1`) give it.

@@ -54,7 +54,8 @@ BOUNDARY_SECONDS = _declare(
     "the least limit of a first step, and of start-up (default 60)")
 NETWORK = _declare(
     "TFDIST_NETWORK", "you", "launch.private_network",
-    "where a command that starts a cluster itself runs it: `private` or `host` (default auto)")
+    "where a command that starts a cluster itself runs it: `loopback`, `host` or `auto` "
+    "(default)")
 TRAINS_ALONE = _declare(
     "TFDIST_TRAINS_ALONE", "you", "launch._trains_alone",
     "`warn` (default) or `error` for a task that trains alone under a multi-worker TF_CONFIG")

@@ -94,8 +94,10 @@ def test_the_tasks_get_the_watch_the_profile_and_the_trains_alone_mode_from_the_
             for e in doc["spec"]["template"]["spec"]["containers"][0]["env"]}
   assert values["TFDIST_PROFILE_DIR"] == "traces" and values["TFDIST_STALL_TIMEOUT"] == "7.5"
   assert values["A"] == "1" and "PATH" not in values
-  # Nothing given: the tasks' base is this process's environment, with nothing added.
+  # Nothing given: the tasks' base is this process's environment, with nothing added. An
+  # empty profile (`--profile=$STEPS` with none) traces nothing, as before the options.
   assert launch.LaunchOptions().environment() == dict(os.environ)
+  assert launch.LaunchOptions(profile="").task_variables() == {}
 
 
 def test_a_launch_error_carries_the_exit_code_tfdist_launch_gives():

@@ -220,25 +220,15 @@ def main(argv):
     from tfdist import devices  # Deferred: imports TensorFlow.
     devices.split_physical_device(_DEVICES_PER_WORKER.value)
   from tfdist.training import job  # Deferred: imports TensorFlow.
-  user = {}
   try:
-    if _MODEL.value:
-      module = user_code.load_module(_MODEL.value, "model")
-      user["model_fn"] = user_code.function(module, "model_fn", "model")
-    if _DATA.value:
-      module = user_code.load_module(_DATA.value, "data")
-      user["dataset_fn"] = user_code.dataset_fn_with_batch(
-          user_code.function(module, "dataset_fn", "data"), _BATCH_SIZE.value)
-      user["steps_per_epoch"] = getattr(module, "STEPS_PER_EPOCH", None)
+    config = dataclasses.replace(config, **user_code.config_fields(
+        _MODEL.value, _DATA.value, _BATCH_SIZE.value))
   except ValueError as e:
     print(f"tfdist train: {e}", file=sys.stderr)
     return 2
-  config = dataclasses.replace(config, **user)
-  spec = cluster_lib.ClusterSpec.from_env()
-  if spec is not None and spec.task is not None and spec.task.type == cluster_lib.EVALUATOR:
-    job.evaluate_sidecar(config)  # Not a member of the cluster: no strategy.
+  result = job.run_task(config)
+  if result is None:  # The evaluator task: it evaluated the chief's checkpoints.
     return 0
-  result = job.train(config)
   print(f"strategy={result.strategy} keras={result.keras} replicas={result.replicas} "
         f"accuracy={result.accuracy:.4f} loss={result.losses[-1]:.4f} examples/s={result.examples_per_second:.0f} "
         f"step_time_ms={result.step_time_ms:.2f} weights={result.weights_digest} "

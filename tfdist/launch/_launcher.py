@@ -108,7 +108,7 @@ class LaunchOptions:
       if value is not None and value not in choices:
         raise ValueError(f"`{field}` must be one of {list(choices)} (or None). "
                          f"Received: {field}={value!r}")
-    if self.profile is not None:
+    if self.profile:  # "" traces nothing, as None does (`--profile=$STEPS` with none).
       progress.parse_steps(self.profile)  # A ValueError names the form.
 
   def task_variables(self, *, profile_dir_here: bool = True) -> Dict[str, str]:

@@ -14,7 +14,7 @@ In parameter-server training (the spec has ps tasks) workers only serve too, so
 the chief's exit ends the job.
 
 With a `DataServiceSpec`, a tf.data service dispatcher and its data workers
-run beside the tasks (`tfdist data_service`), and every task gets its
+run beside the tasks (`python -m tfdist.launch._serve_data_service`), and every task gets its
 address and a job name (new at each restart of the cluster). Servers never
 finish by themselves: a lost data worker is restarted alone on its port (TF
 lets data workers come and go; the splits it held that epoch are not

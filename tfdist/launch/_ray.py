@@ -264,7 +264,8 @@ class TaskProcess:
       self._result_folder = None
 
   def rows(self) -> List[str]:
-    """The task's rows of step times so far (`tfdist task` keeps them in its folder), as text."""
+    """The task's rows of step times so far (its wrapper, `tfdist.launch._task`, keeps them in
+    its folder), as text."""
     if self._joined_folder is None:
       return []
     return [step_times.to_text(row) for row in step_times.read(self._joined_folder)]

@@ -6,6 +6,7 @@
 work; `tfdist data_service` is the same for users' own nodes and pods).
 """
 
+import os
 import sys
 
 # The flags this process takes, all as --NAME=VALUE.
@@ -31,4 +32,7 @@ def main(argv) -> int:
 
 
 if __name__ == "__main__":
+  # As `tfdist data_service` runs (tfdist.cli.main): no TensorFlow C++ INFO and WARNING lines
+  # unless the environment asks for them.
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   sys.exit(main(sys.argv))

@@ -108,4 +108,7 @@ def _watched(command, env, task, stall_timeout, grace_period, out, refuse) -> in
 
 
 if __name__ == "__main__":
+  # As `tfdist task` runs it (tfdist.cli.main): TensorFlow's C++ INFO and WARNING lines stay
+  # out of the task's output unless its environment asks for them.
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   sys.exit(run(sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else sys.argv[1:]))

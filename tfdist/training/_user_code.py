@@ -14,7 +14,7 @@ import inspect
 import os
 import sys
 from types import ModuleType
-from typing import Callable
+from typing import Any, Callable, Dict, Optional
 
 
 def load_module(name_or_path: str, flag: str) -> ModuleType:
@@ -58,3 +58,26 @@ def dataset_fn_with_batch(fn: Callable, global_batch_size: int) -> Callable:
   if len(inspect.signature(fn).parameters) >= 2:
     return lambda input_context: fn(input_context, global_batch_size)
   return fn
+
+
+def config_fields(model: Optional[str], data: Optional[str],
+                  global_batch_size: int) -> Dict[str, Any]:
+  """The `TrainConfig` fields that `--model` and `--data` give (none for the default job).
+
+  `model_fn` from the model module; `dataset_fn`, passed the global batch size
+  where it takes one, and `steps_per_epoch` (its `STEPS_PER_EPOCH`, else None)
+  from the data module.
+
+  Raises:
+    ValueError: a module that does not exist or fails to import, or a function
+      it does not define.
+  """
+  fields = {}
+  if model:
+    fields["model_fn"] = function(load_module(model, "model"), "model_fn", "model")
+  if data:
+    module = load_module(data, "data")
+    fields["dataset_fn"] = dataset_fn_with_batch(function(module, "dataset_fn", "data"),
+                                                 global_batch_size)
+    fields["steps_per_epoch"] = getattr(module, "STEPS_PER_EPOCH", None)
+  return fields

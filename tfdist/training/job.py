@@ -22,6 +22,7 @@ import tf_keras
 from tfdist.training import accumulation
 from tfdist.training import _local_sgd as local_sgd
 from tfdist.training import checkpoints
+from tfdist import cluster as cluster_lib
 from tfdist import data
 from tfdist.cluster import _elastic as elastic
 from tfdist.training import compression
@@ -311,6 +312,21 @@ def _fit_with_loop(config, strategy, model, keras, dataset_fn, steps_per_epoch,
   if backup_dir:  # Finished: as Keras's BackupAndRestore, nothing left to resume.
     tf.io.gfile.rmtree(backup_dir)
   return history, times, None
+
+
+def run_task(config: TrainConfig) -> Optional[TrainResult]:
+  """This process's part of `config`'s job: `train(config)`, or None as its evaluator task.
+
+  The evaluator of a cluster (`TF_CONFIG`'s task type "evaluator") is no member
+  of it and builds no strategy: it evaluates the chief's checkpoints as they
+  appear (`evaluate_sidecar`). Every other task, or a process outside a
+  cluster, trains.
+  """
+  spec = cluster_lib.ClusterSpec.from_env()
+  if spec is not None and spec.task is not None and spec.task.type == cluster_lib.EVALUATOR:
+    evaluate_sidecar(config)
+    return None
+  return train(config)
 
 
 def evaluate_sidecar(config: TrainConfig) -> None:
