@@ -9,6 +9,7 @@ import yaml
 
 from tfdist import launch
 from tfdist.launch import _launcher as launcher
+from tfdist.launch import _task_keras as task_keras
 
 
 def test_every_launcher_is_registered():
@@ -81,9 +82,12 @@ def test_the_tasks_get_the_watch_the_profile_and_the_trains_alone_mode_from_the_
     tmp_path):
   options = launch.LaunchOptions(stall_timeout=7.5, profile="3-4", profile_dir="traces",
                                  trains_alone="error", env={"A": "1"})
+  # With the tasks' Keras (tf_keras unless asked) and tfdist's task site on PYTHONPATH.
   assert options.environment() == {
       "A": "1", "TFDIST_STALL_TIMEOUT": "7.5", "TFDIST_TRAINS_ALONE": "error",
-      "TFDIST_PROFILE": "3-4", "TFDIST_PROFILE_DIR": os.path.abspath("traces")}
+      "TFDIST_PROFILE": "3-4", "TFDIST_PROFILE_DIR": os.path.abspath("traces"),
+      "TF_USE_LEGACY_KERAS": "1", "PYTHONPATH": task_keras.SITE_DIR}
+  assert dataclasses.replace(options, keras="keras3").environment()["TF_USE_LEGACY_KERAS"] == "0"
   # A pod's folder stays its own, and a pod gets nothing of this machine's environment.
   assert options.task_variables(profile_dir_here=False)["TFDIST_PROFILE_DIR"] == "traces"
   out = io.StringIO()
@@ -96,7 +100,8 @@ def test_the_tasks_get_the_watch_the_profile_and_the_trains_alone_mode_from_the_
   assert values["A"] == "1" and "PATH" not in values
   # Nothing given: the tasks' base is this process's environment, with nothing added. An
   # empty profile (`--profile=$STEPS` with none) traces nothing, as before the options.
-  assert launch.LaunchOptions().environment() == dict(os.environ)
+  assert launch.LaunchOptions().environment() == {**os.environ,
+                                                  **task_keras.variables(None, os.environ)}
   assert launch.LaunchOptions(profile="").task_variables() == {}
 
 

@@ -22,11 +22,11 @@ import dataclasses
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Type
 
-from tfdist import _keras_support as keras_support
 from tfdist import _variables as variables_lib
 from tfdist import cluster as cluster_lib
 from tfdist import progress
 from tfdist import _registry as registry
+from tfdist.launch import _task_keras as task_keras
 from tfdist.launch import _trains_alone as trains_alone
 
 # Seconds between SIGTERM and SIGKILL when stopping a task: what SLURM (KillWait)
@@ -98,11 +98,8 @@ class LaunchOptions:
     if not (_is_number(self.grace_period) and self.grace_period >= 0):
       raise ValueError(f"`grace_period` must be a number of seconds >= 0. "
                        f"Received: grace_period={self.grace_period!r}")
-    if not isinstance(self.max_restarts, int) or isinstance(self.max_restarts, bool) \
-        or self.max_restarts < 0:
-      raise ValueError(f"`max_restarts` must be an integer >= 0. "
-                       f"Received: max_restarts={self.max_restarts!r}")
-    for field, choices in (("keras", (keras_support.TF_KERAS, keras_support.KERAS3)),
+    cluster_lib.check_task_count("max_restarts", self.max_restarts, 0)
+    for field, choices in (("keras", task_keras.KERAS_CHOICES),
                            ("trains_alone", trains_alone.MODES)):
       value = getattr(self, field)
       if value is not None and value not in choices:
@@ -131,9 +128,14 @@ class LaunchOptions:
     return out
 
   def environment(self) -> Dict[str, str]:
-    """The tasks' environment: `env` (or this process's) with `task_variables()`."""
+    """The tasks' environment: `env` (or this process's) with `task_variables()`, and the
+    tasks' Keras with tfdist's task site first on PYTHONPATH (`tfdist.launch._task_keras`).
+
+    Raises:
+      ValueError: a TF_USE_LEGACY_KERAS in `env` that is neither 1 nor 0.
+    """
     base = os.environ if self.env is None else self.env
-    return {**base, **self.task_variables()}
+    return {**base, **self.task_variables(), **task_keras.variables(self.keras, base)}
 
 
 def _is_number(value) -> bool:

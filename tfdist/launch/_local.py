@@ -32,7 +32,6 @@ from tfdist.cluster import _data_service as data_service_lib
 from tfdist.launch import _launcher as launcher_lib
 from tfdist.launch import private_network
 from tfdist.launch import _supervision as supervision
-from tfdist.launch import _task_keras as task_keras
 from tfdist.launch import _threads as threads
 from tfdist.launch import _trains_alone as trains_alone
 from tfdist.launch import watchdog
@@ -99,9 +98,7 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec,
         "A parameter-server cluster needs a chief: only the chief runs the training "
         "program, and its exit ends the job. Build the spec with chief=True, e.g. "
         f"ClusterSpec.local(workers=2, ps=1, chief=True). Received: {spec}")
-  base = options.environment()
-  env = {**base, **task_keras.variables(options.keras, base)}
-  env = threads.share_cores(spec, env)  # Each task its share of the cores' threads.
+  env = threads.share_cores(spec, options.environment())  # Each task its share of the cores' threads.
   trains_alone.mode(env)  # A bad TFDIST_TRAINS_ALONE fails now, not after the job.
   # Checked here: behind `nsenter`, a missing program would only be exit code 127.
   path = env.get("PATH")

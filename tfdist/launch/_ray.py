@@ -53,7 +53,6 @@ from tfdist.launch import _launcher as launcher_lib
 from tfdist.launch import _ray_placement as ray_placement
 from tfdist.launch import _result_channel as result_channel
 from tfdist.launch import _supervision as supervision
-from tfdist.launch import _task_keras as task_keras
 from tfdist.launch import _trains_alone as trains_alone
 from tfdist.launch import watchdog
 # Public here, where users of the launcher look; defined beside the placement.
@@ -556,8 +555,7 @@ class RayLauncher(launcher_lib.Launcher):
       output.write(f"[tfdist launch] {exposure.warning('ray', _ports(placement, job))}\n")
       output.flush()
       # Each task's local process connects to Ray too, with the launcher's credentials.
-      base = with_auth(options.environment())
-      env = {**base, **task_keras.variables(options.keras, base),
+      env = {**with_auth(options.environment()),
              PLACEMENT_GROUP_ENV: placement.group,
              ADDRESS_ENV: ray.get_runtime_context().gcs_address}
       # A bad TFDIST_TRAINS_ALONE or TFDIST_STALL_TIMEOUT fails now, not after the job.

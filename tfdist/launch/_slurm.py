@@ -48,7 +48,6 @@ from tfdist.cluster import _slurm as slurm_cluster
 from tfdist.launch import _exposure as exposure
 from tfdist.launch import _first_failure as first_failure
 from tfdist.launch import _launcher as launcher_lib
-from tfdist.launch import _task_keras as task_keras
 from tfdist.launch import _trains_alone as trains_alone
 from tfdist.launch import watchdog
 
@@ -282,8 +281,7 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
   output, timeout = options.output or sys.stdout, options.timeout
   render_options.update(max_restarts=options.max_restarts,
                         data_work_dir=options.data_work_dir)
-  base = options.environment()
-  env = {**base, **task_keras.variables(options.keras, base)}
+  env = options.environment()
   # A bad TFDIST_TRAINS_ALONE or TFDIST_STALL_TIMEOUT fails now, not after the job or in every task.
   trains_alone.mode(env)
   watchdog.resolve_timeout(None, ntasks, env)
