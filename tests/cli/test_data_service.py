@@ -18,10 +18,14 @@ def test_the_launchers_server_process_refuses_what_it_cannot_take():
   bad = helpers.run(helpers.python(*module, "--role=worker", "--colour=red"), timeout=60)
   assert bad.returncode == 2
   assert bad.stdout.strip().splitlines()[-1] == (
-      "tfdist data service: takes --NAME=VALUE for NAME in ['role', 'port', "
-      "'dispatcher_address', 'worker_address', 'work_dir']. Received: ['--role=worker', "
-      "'--colour=red']")
+      "tfdist data service: error: unrecognized arguments: --colour=red")
   role = helpers.run(helpers.python(*module, "--role=chief", "--port=0"), timeout=60)
   assert role.returncode == 2
   assert role.stdout.strip().splitlines()[-1] == (
-      "tfdist data service: `role` must be 'dispatcher' or 'worker'. Received: role='chief'")
+      "tfdist data service: error: argument --role: invalid choice: 'chief' (choose from "
+      "'dispatcher', 'worker')")
+  alone = helpers.run(helpers.python(*module, "--role=worker", "--port=0"), timeout=60)
+  assert alone.returncode == 2
+  assert alone.stdout.strip().splitlines()[-1] == (
+      "tfdist data service: a worker needs --dispatcher_address=host:port. "
+      "Received: --dispatcher_address unset")

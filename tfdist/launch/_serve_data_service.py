@@ -6,25 +6,22 @@
 work; `tfdist data_service` is the same for users' own nodes and pods).
 """
 
+import argparse
 import os
 import sys
 
-# The flags this process takes, all as --NAME=VALUE.
-_NAMES = ("role", "port", "dispatcher_address", "worker_address", "work_dir")
-
 
 def main(argv) -> int:
-  given = dict(arg[2:].split("=", 1) for arg in argv[1:] if arg.startswith("--") and "=" in arg)
-  unknown = sorted(set(given) - set(_NAMES))
-  if unknown or len(given) != len(argv) - 1:
-    sys.stderr.write(f"tfdist data service: takes --NAME=VALUE for NAME in {list(_NAMES)}. "
-                     f"Received: {argv[1:]}\n")
-    return 2
+  parser = argparse.ArgumentParser(prog="tfdist data service")
+  parser.add_argument("--role", required=True, choices=["dispatcher", "worker"])
+  parser.add_argument("--port", type=int, default=0)
+  for name in ("--dispatcher_address", "--worker_address", "--work_dir"):
+    parser.add_argument(name)
+  args = parser.parse_args(argv[1:])  # A bad argument: its usage and exit 2.
   from tfdist.data import service  # pylint: disable=import-outside-toplevel  TensorFlow.
   try:
-    service.serve(given.get("role"), int(given.get("port", 0)),
-                  dispatcher_address=given.get("dispatcher_address"),
-                  worker_address=given.get("worker_address"), work_dir=given.get("work_dir"))
+    service.serve(args.role, args.port, dispatcher_address=args.dispatcher_address,
+                  worker_address=args.worker_address, work_dir=args.work_dir)
   except ValueError as e:
     sys.stderr.write(f"tfdist data service: {e}\n")
     return 2
