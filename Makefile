@@ -12,15 +12,26 @@ BIN := $(VENV)/bin
 CHECKOV := $(VENV)/checkov
 CHECKOV_VERSION := 3.3.30
 
-# The oldest supported TensorFlow (tfdist._stack.SUPPORTED), with its own tf_keras, in a
-# virtualenv of its own; `make test` runs the newest. tensorflow-metadata: the newest needs
-# a newer protobuf than TF 2.17 allows (docs/get-started/install.md).
+# The oldest and the newest supported TensorFlow (tfdist._stack.SUPPORTED), each with its own
+# tf_keras, in a virtualenv of its own; `make test` runs the default (the newest release).
+# tensorflow-metadata: the newest needs a newer protobuf than TF 2.17 allows
+# (docs/get-started/install.md). 2.22 is a release candidate: it brings the Keras nightly it
+# requires, and no tf-keras is released for it yet, so its tf_keras is the 2.22 nightly,
+# installed without the tf-nightly it names (docs/get-started/install.md).
 OLDEST := .venv-oldest
 OLDEST_STACK := tensorflow==2.17.1 tf-keras==2.17.0 tensorboard==2.17.1 tensorflow-metadata==1.17.3
-# What installing tfdist beside it must leave as it is.
-STACK_PACKAGES := ^(tensorflow|tensorflow-cpu|tf-keras|tf_keras|keras|tensorboard|protobuf|numpy)==
+NEWEST := .venv-newest
+NEWEST_STACK := tensorflow==2.22.0rc0 keras-nightly==3.16.0.dev2026102704 tensorboard==2.21.0
+NEWEST_NO_DEPS := tf-keras-nightly==2.22.0.dev2026101709
+# `tensorflow-cpu`, as CPU images carry it: tf-keras requires the distribution named
+# `tensorflow`, so it comes without its dependencies, as docs/get-started/install.md says.
+CPU := .venv-cpu
+CPU_STACK := tensorflow-cpu==2.21.0 keras==3.15.1 tensorboard==2.21.0
+CPU_NO_DEPS := tf-keras==2.21.0
+# What installing tfdist beside them must leave as it is.
+STACK_PACKAGES := ^(tensorflow|tensorflow[-_]cpu|tf[-_]keras|tf[-_]keras[-_]nightly|keras|keras[-_]nightly|tensorboard|protobuf|numpy)==
 
-.PHONY: compare test test-fast test-versions install slurm browser docs
+.PHONY: compare test test-fast test-versions test-oldest test-newest test-cpu install slurm browser docs
 
 install: $(VENV)/.installed $(CHECKOV)/.installed
 
@@ -59,54 +70,76 @@ browser:
 	  echo "note: installing chromium failed; the browser test will be skipped"; \
 	else echo "note: chromium not installed (needs root and apt-get); the browser test will be skipped"; fi
 
-# Three phases: most tests share both cores, three processes at a time (whole files per
+# Three phases. The first runs most tests, three processes at a time (whole files per
 # process, so a module's cluster is started once; two left a quarter of the cores idle
-# while tests waited on their children, docs/suite-time.md), then the tests marked `alone` (speeds
-# measured side by side, hundreds of ports held) run with nothing else beside them,
-# then the tests marked `versions` on the oldest supported TensorFlow (test-versions).
-# Each phase prints its wall time, and pytest the 20 slowest tests (setup.cfg):
-# a regression shows the day it lands. The third phase's TensorFlow is installed while
-# the first runs (that waits mostly on the disk and the network; tfdist itself is
-# installed beside it later, so no build runs in the source tree beside the tests).
+# while tests waited on their children, docs/suite-time.md). Beside it, one process at a
+# time, the tests marked `versions` run on the oldest and the newest supported TensorFlow
+# and on tensorflow-cpu (test-versions, each stack installed first): phase 1 leaves about
+# a third of a core idle, which they take (docs/suite-time.md). Then the tests marked
+# `alone` (speeds measured side by side, hundreds of ports held) run with nothing else
+# beside them. Each phase prints its wall time, and pytest the 20 slowest tests
+# (setup.cfg): a regression shows the day it lands.
 test: install slurm browser
-	@($(MAKE) --no-print-directory $(OLDEST)/.stack > $(OLDEST).log 2>&1; \
-	  echo $$? > $(OLDEST).code) & \
-	start=$$(date +%s); $(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder -m "not alone"; \
+	@start=$$(date +%s); ($(MAKE) --no-print-directory test-versions VERSIONS_WORKERS=1 \
+	  > .venv-versions.log 2>&1; echo $$? > .venv-versions.code; \
+	  echo "phase 3 (the version-sensitive tests on TensorFlow 2.17.1, 2.22.0rc0 and tensorflow-cpu 2.21, beside phase 1, installs included): $$(( $$(date +%s) - start )) s of wall time" \
+	  >> .venv-versions.log) & \
+	 $(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder -m "not alone"; \
 	  code=$$?; echo "phase 1 (not alone, 3 processes): $$(( $$(date +%s) - start )) s of wall time"; \
-	  wait; if [ "$$(cat $(OLDEST).code)" != 0 ]; then cat $(OLDEST).log; \
-	  echo "installing TensorFlow 2.17 for the third phase failed (above)"; exit 1; fi; \
-	  exit $$code
+	  wait; echo "--- phase 3, which ran beside phase 1 (.venv-versions.log):"; \
+	  cat .venv-versions.log; [ "$$(cat .venv-versions.code)" = 0 ] && exit $$code; \
+	  echo "phase 3 failed (above)"; exit 1
 	@start=$$(date +%s); $(BIN)/python -m pytest -m alone; \
 	  code=$$?; echo "phase 2 (alone): $$(( $$(date +%s) - start )) s of wall time"; exit $$code
-	@start=$$(date +%s); $(MAKE) --no-print-directory test-versions; \
-	  code=$$?; echo "phase 3 (TensorFlow 2.17, the oldest supported): $$(( $$(date +%s) - start )) s of wall time"; exit $$code
 
-# The version-sensitive tests (marked `versions`) on the oldest supported TensorFlow. Its
-# stack is installed first, as a user's image has it; installing tfdist beside it must
-# change none of it.
-test-versions: $(OLDEST)/.installed
-	$(OLDEST)/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder -q -m "versions and not alone and not slurm"
+# The version-sensitive tests (marked `versions`) on the oldest and the newest supported
+# TensorFlow, and `tfdist doctor` with its tests on tensorflow-cpu. Each stack is installed
+# first, as a user's image has it; installing tfdist beside it must change none of it.
+# Their temporary folders are their own: pytest prunes the numbered ones of other runs.
+VERSIONS_WORKERS ?= 3
+test-versions: test-oldest test-newest test-cpu
 
-# The stack, then what tfdist[test] requires beside it (read from setup.cfg, with the build
-# backend): all of it while the first phase runs. tfdist itself comes later, without
-# dependencies or a build environment (2 s): a build writes build/ and tfdist.egg-info in
-# the source tree, where tests/test_wheel.py builds the wheel during the first phase.
-$(OLDEST)/.stack: Makefile setup.cfg pyproject.toml
-	rm -rf $(OLDEST)
-	$(PYTHON) -m venv $(OLDEST)
-	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
-	$(OLDEST)/bin/python -m pip install --quiet $(OLDEST_STACK)
-	$(OLDEST)/bin/python -m pip freeze | grep -E '$(STACK_PACKAGES)' > $(OLDEST)/stack-before.txt
-	$(OLDEST)/bin/python -m pip install --quiet "setuptools>=61" wheel $$($(PYTHON) -c \
-	  'import configparser; c = configparser.ConfigParser(); c.read("setup.cfg"); \
+test-oldest test-newest: test-%: .venv-%/.installed
+	.venv-$*/bin/python -m pytest -n $(VERSIONS_WORKERS) --dist loadfile --no-loadscope-reorder -q \
+	  -p no:cacheprovider --basetemp=$${TMPDIR:-/tmp}/tfdist-test-$*-$$$$ \
+	  -m "versions and not alone and not slurm"
+
+test-cpu: $(CPU)/.installed
+	$(CPU)/bin/tfdist doctor > $(CPU)/doctor.txt || { cat $(CPU)/doctor.txt; exit 1; }
+	$(CPU)/bin/python -m pytest -q -p no:cacheprovider --basetemp=$${TMPDIR:-/tmp}/tfdist-test-cpu-$$$$ \
+	  tests/test_doctor.py tests/internals/test_gates.py
+
+# A stack, then what tfdist[test] requires beside it (read from setup.cfg, with the build
+# backend), held to that stack.
+$(OLDEST)/.stack: STACK = $(OLDEST_STACK)
+$(NEWEST)/.stack: STACK = $(NEWEST_STACK)
+$(NEWEST)/.stack: NO_DEPS = $(NEWEST_NO_DEPS)
+$(CPU)/.stack: STACK = $(CPU_STACK)
+$(CPU)/.stack: NO_DEPS = $(CPU_NO_DEPS)
+.venv-%/.stack: Makefile setup.cfg pyproject.toml
+	rm -rf $(@D)
+	$(PYTHON) -m venv $(@D)
+	$(@D)/bin/python -m pip install --quiet --upgrade pip
+	$(@D)/bin/python -m pip install --quiet $(STACK)
+	$(if $(NO_DEPS),$(@D)/bin/python -m pip install --quiet --no-deps $(NO_DEPS))
+	$(@D)/bin/python -m pip freeze | grep -E '$(STACK_PACKAGES)' > $(@D)/stack-before.txt
+	$(@D)/bin/python -m pip install --quiet -c $(@D)/stack-before.txt "setuptools>=61" wheel \
+	  $$($(PYTHON) -c 'import configparser; c = configparser.ConfigParser(); c.read("setup.cfg"); \
 	  print(c["options"]["install_requires"], c["options.extras_require"]["test"])')
 	touch $@
 
-$(OLDEST)/.installed: $(OLDEST)/.stack
-	$(OLDEST)/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
-	$(OLDEST)/bin/python -m pip freeze | grep -E '$(STACK_PACKAGES)' > $(OLDEST)/stack-after.txt
-	@diff $(OLDEST)/stack-before.txt $(OLDEST)/stack-after.txt || { \
-	  echo "installing tfdist beside TensorFlow 2.17 changed its stack (above)"; exit 1; }
+# tfdist with its own requirements (all there already), as a user installs it: it must
+# change nothing of the stack. Built from a copy of the tree: a build writes build/ and
+# tfdist.egg-info where it runs, and tests/test_wheel.py builds in the tree meanwhile.
+# (The tests themselves import the tree's tfdist, as `make test`'s do.)
+.venv-%/.installed: .venv-%/.stack
+	rm -rf $(@D)/source && mkdir $(@D)/source
+	tar -c --exclude='./.venv*' --exclude=./.git --exclude=./build --exclude=./site \
+	  --exclude='*.egg-info' --exclude=__pycache__ . | tar -x -C $(@D)/source
+	$(@D)/bin/python -m pip install --quiet --no-build-isolation $(@D)/source
+	$(@D)/bin/python -m pip freeze | grep -E '$(STACK_PACKAGES)' > $(@D)/stack-after.txt
+	@diff $(@D)/stack-before.txt $(@D)/stack-after.txt || { \
+	  echo "installing tfdist beside the stack of $(@D) changed it (above)"; exit 1; }
 	touch $@
 
 # Before every commit: each module's unit tests, no clusters, notebooks or SLURM.

@@ -70,6 +70,24 @@ def test_the_python_blocks_of_a_page_run_as_a_reader_runs_them(page, tmp_path):
   assert done.returncode == 0, f"{page}:\n{done.stdout[-3000:]}"
 
 
+# A docs page stays short enough to read: a longer one is split or shortened. The
+# changelog keeps its history on one page.
+MAX_PAGE_LINES = 300
+_LONG_PAGES = (os.path.join("docs", "changelog.md"),)
+
+
+def test_no_docs_page_is_over_300_lines():
+  long = []
+  for page in _pages():
+    if not page.startswith("docs" + os.sep) or page in _LONG_PAGES:
+      continue
+    with open(os.path.join(helpers.REPO, page)) as f:
+      count = sum(1 for _ in f)
+    if count > MAX_PAGE_LINES:
+      long.append(f"{page}: {count} lines")
+  assert not long, f"pages over {MAX_PAGE_LINES} lines (split or shorten them): {long}"
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
   """The built site's folder: built once, strictly (a broken link, a reference mkdocstrings
@@ -232,7 +250,8 @@ _USER_FACING = ("README.md", "docs", "strategies", "notebooks", "benchmarks", "l
 _HISTORY = ("CHANGELOG.md", os.path.join("docs", "changelog.md"))
 # Pages for contributors name implementation modules: those names need only resolve.
 _CONTRIBUTORS = tuple(os.path.join("docs", page) for page in
-                      ("architecture.md", "known_issues.md", "measuring.md"))
+                      ("architecture.md", "known_issues.md", "known-issues-clusters.md",
+                       "measuring.md"))
 _IMPORT = re.compile(r"^\s*(?:from\s+(tfdist[\w.]*)\s+import\s+\(?([\w\s,]+?)\)?\s*(?:#.*)?$"
                      r"|import\s+(tfdist[\w.]*))", re.M)
 # The lab (tfdist._lab) is private, and its own readers use it: the benchmark scripts

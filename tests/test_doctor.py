@@ -111,15 +111,17 @@ def test_check_xla_fits_a_step_under_each_local_strategy():
 
 
 def test_the_stack_is_read_from_package_metadata_with_a_line_that_pins_it():
-  import importlib.metadata
   import tensorflow as tf
+  from tfdist import _stack
   text = str(doctor.diagnose({}))
-  tf_version = importlib.metadata.version("tensorflow")
+  # `tensorflow` under `make test`, `tensorflow-cpu` under `make test-cpu`: one of them.
+  [(flavour, tf_version)] = _stack.tensorflow_distributions()
   assert tf.__version__.startswith(tf_version.split("rc")[0][:4])
-  assert re.search(rf"^  tensorflow +{re.escape(tf_version)} \(tensorflow\)$", text, re.M), text
+  assert re.search(rf"^  tensorflow +{re.escape(tf_version)} \({re.escape(flavour)}\)$", text,
+                   re.M), text
   assert re.search(r"^  tf_keras +2\.\d+", text, re.M) and re.search(r"^  keras +3\.", text, re.M)
   pin = re.search(r"^  pin this stack +printf '%s\\n' (.*) > constraints.txt", text, re.M)
-  assert pin and f"tensorflow=={tf_version}" in pin.group(1).split(), text
+  assert pin and f"{flavour.split('[')[0]}=={tf_version}" in pin.group(1).split(), text
   # Every gated use of private code, each applied on the versions the suite runs.
   patches = text.split("patches (")[1].split("\n\n")[0].splitlines()[1:]
   assert len(patches) == 14 and all(" applies (" in line for line in patches), patches
@@ -140,7 +142,7 @@ def test_a_patch_not_applied_here_is_a_problem_saying_what_is_lost(monkeypatch):
   # The 6 TensorFlow uses and the 6 Keras 3 ones; each problem names its use once.
   assert len(lost) == 12, report.problems
   assert any(p.startswith("tfdist's Keras 3 multi-worker workaround (keras-team/keras#20585) is "
-                          "tested with Keras 3.12 to 3.15 and is not applied to Keras 3.10: "
+                          "tested with Keras 3.12 to 3.16 and is not applied to Keras 3.10: "
                           "Keras 3 `fit` under multi_worker_mirrored") for p in lost), lost
   assert all(p.count("tfdist's") == 1 for p in lost), lost
 
@@ -160,8 +162,8 @@ def test_a_stack_that_cannot_work_is_named_with_its_fix(monkeypatch):
                           "(tensorflow, tensorflow-cpu)") for p in problems), problems
   monkeypatch.setattr(_stack, "tensorflow_distributions", lambda: [])
   report = doctor.diagnose({})
-  assert any(p.startswith("tfdist needs TensorFlow 2.17 to 2.21, and none is installed: pip "
-                          "install 'tfdist[tensorflow]'") for p in report.problems), report.problems
+  assert any(p.startswith("tfdist needs TensorFlow 2.17 to 2.22, and none is installed: in a "
+                          "clone of tfdist, pip install '.[tensorflow]'") for p in report.problems), report.problems
   assert "devices" not in [title for title, _ in report.sections]  # Those need TensorFlow.
   assert not [p for p in report.problems if "tensorflow_datasets" in p], report.problems
   assert "(needs TensorFlow)" in str(report)
@@ -178,14 +180,14 @@ def test_tensorflow_datasets_that_does_not_import_is_a_problem_with_the_pin(monk
 
 
 def test_a_keras_cell_that_rests_on_a_patch_not_applied_here_does_not_say_it_works(monkeypatch):
-  # Before: on Keras 3.16 (TensorFlow 2.22's) the matrix said Keras 3 multi-worker "works",
-  # while the patch it needs was refused.
+  # Before: on a Keras the patch was not run with (3.16, before it was) the matrix said
+  # Keras 3 multi-worker "works", while the patch it needs was refused.
   from tfdist.internals import gates
   monkeypatch.setattr(gates, "installed",
-                      lambda: {"TensorFlow": (2, 21), "tf_keras": (2, 21), "Keras": (3, 16)})
+                      lambda: {"TensorFlow": (2, 21), "tf_keras": (2, 21), "Keras": (3, 17)})
   text = str(doctor.diagnose({}))
   assert re.search(r"keras3   multi_worker_mirrored \(2\+ workers\) +NOT HERE: Keras 3 `fit` "
-                   r"under multi_worker_mirrored .* is not applied to Keras 3\.16\)", text), text
+                   r"under multi_worker_mirrored .* is not applied to Keras 3\.17\)", text), text
   assert re.search(r"keras3   parameter_server +NOT HERE: Keras 3 under parameter servers", text)
   assert re.search(r"tf_keras multi_worker_mirrored \(2\+ workers\) +works", text)
 

@@ -64,7 +64,8 @@ def test_without_tensorflow_the_first_use_says_what_to_install():
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60, check=True).stdout.splitlines()
   assert len(out) == 2, out
-  assert out[0].startswith("make_strategy tensorflow | tfdist needs TensorFlow 2.17 to 2.21, "
-                           "and none is installed: pip install 'tfdist[tensorflow]'"), out
+  assert out[0].startswith("make_strategy tensorflow | tfdist needs TensorFlow 2.17 to 2.22, "
+                           "and none is installed: in a clone of tfdist, pip install "
+                           "'.[tensorflow]'"), out
   assert out[1].startswith("keras tf_keras | tfdist.keras is tf_keras, which is not installed. "
                            "Install the one of your TensorFlow's minor version"), out

@@ -51,9 +51,9 @@ def test_the_wheel_requires_no_tensorflow_and_its_extras_bring_one(installed):
   assert always and not [r for r in always if stack.match(r)], always
   extra = lambda name: [r.split(";")[0].replace(" ", "") for r in requires
                         if f'extra == "{name}"' in r]
-  assert "tensorflow<2.22,>=2.17" in extra("tensorflow"), extra("tensorflow")
-  assert "tf-keras<2.22,>=2.17" in extra("tensorflow")
-  assert "tensorflow[and-cuda]<2.22,>=2.17" in extra("and-cuda"), extra("and-cuda")
+  assert "tensorflow<2.23,>=2.17" in extra("tensorflow"), extra("tensorflow")
+  assert "tf-keras<2.23,>=2.17" in extra("tensorflow")
+  assert "tensorflow[and-cuda]<2.23,>=2.17" in extra("and-cuda"), extra("and-cuda")
   assert any(r.startswith("tensorflow-datasets") for r in extra("tfds"))
   assert any(r.startswith("ray") for r in extra("ray"))
 

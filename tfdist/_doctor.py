@@ -64,7 +64,7 @@ def _stack_rows(report: Report) -> List[Tuple[str, str]]:
         f"{len(found)} TensorFlow distributions are installed over one package folder "
         f"({', '.join(n for n, _ in found)}): each overwrote the other's files. Uninstall all "
         "and install one (a requirement on `tensorflow` beside `tensorflow-cpu` does this).")
-  tf_keras = _stack.installed("tf-keras")
+  tf_keras = _stack.installed_tf_keras()
   rows.append(("tf_keras", "not installed (Keras 3 only)" if tf_keras is None
                else _supported(tf_keras, "tf_keras")))
   if tf_keras is not None and found:
@@ -90,7 +90,7 @@ def _tfds(report: Report) -> str:
   """TensorFlow Datasets' version, and whether it imports (it fails on protobuf mismatches)."""
   version = _stack.installed("tensorflow-datasets")
   if version is None:
-    return "not installed (real TFDS files: pip install 'tfdist[tfds]')"
+    return "not installed (real TFDS files: in a clone of tfdist, pip install '.[tfds]')"
   if not _stack.tensorflow_distributions():
     return f"{version} (needs TensorFlow)"  # Its import would fail for that alone.
   try:

@@ -25,9 +25,9 @@ Version = versions.Version
 # `make test-versions` the oldest (Keras 3: the versions its patches were run with).
 # Each gate of tfdist.internals is this range or, where a use was run on fewer, inside it.
 SUPPORTED: Dict[str, Tuple[Version, Version]] = {
-    "tensorflow": ((2, 17), (2, 21)),
-    "tf_keras": ((2, 17), (2, 21)),
-    "keras": ((3, 12), (3, 15)),
+    "tensorflow": ((2, 17), (2, 22)),
+    "tf_keras": ((2, 17), (2, 22)),
+    "keras": ((3, 12), (3, 16)),
 }
 PYTHON = ((3, 10), (3, 13))
 # Distributions that install the `tensorflow` package. The nightlies are accepted, untested.
@@ -36,14 +36,17 @@ TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-intel",
 NIGHTLIES = ("tf-nightly", "tf-nightly-cpu")
 # Keras 3, released or the nightly a TensorFlow release candidate installs.
 KERAS_DISTRIBUTIONS = ("keras", "keras-nightly")
+# tf_keras, released or the nightly of a TensorFlow that has no tf_keras release yet (2.22:
+# `pip install --no-deps 'tf-keras-nightly~=2.22.0.dev'`, docs/get-started/install.md).
+TF_KERAS_DISTRIBUTIONS = ("tf-keras", "tf-keras-nightly")
 # What `tensorflow[and-cuda]` adds: NVIDIA's CUDA libraries as packages.
 _AND_CUDA_MARKER = "nvidia-cudnn-cu12"
 # The stack's distributions, in the order a constraints file lists them.
-STACK = TENSORFLOW_DISTRIBUTIONS + ("tf-keras", "keras", "keras-nightly", "tensorboard",
-                                    "tensorflow-datasets", "tensorflow-metadata", "protobuf",
-                                    "numpy")
-INSTALL = ("pip install 'tfdist[tensorflow]' (or 'tfdist[and-cuda]' for NVIDIA GPUs; a "
-           "`tensorflow-cpu` you install yourself is used as it is)")
+STACK = TENSORFLOW_DISTRIBUTIONS + TF_KERAS_DISTRIBUTIONS + KERAS_DISTRIBUTIONS + (
+    "tensorboard", "tensorflow-datasets", "tensorflow-metadata", "protobuf", "numpy")
+# tfdist is not on a package index yet: its extras install from a clone (or its wheel).
+INSTALL = ("in a clone of tfdist, pip install '.[tensorflow]' (or '.[and-cuda]' for NVIDIA "
+           "GPUs; a `tensorflow-cpu` you install yourself is used as it is)")
 
 
 def installed(distribution: str) -> Optional[str]:
@@ -52,6 +55,11 @@ def installed(distribution: str) -> Optional[str]:
     return importlib.metadata.version(distribution)
   except importlib.metadata.PackageNotFoundError:
     return None
+
+
+def installed_tf_keras() -> Optional[str]:
+  """The installed version of tf_keras (`tf-keras` or its nightly), or None."""
+  return next(filter(None, map(installed, TF_KERAS_DISTRIBUTIONS)), None)
 
 
 def tensorflow_distributions() -> List[Tuple[str, str]]:
@@ -87,7 +95,8 @@ def missing(module: str) -> str:
     minor = ".".join(tf[0][1].split(".")[:2]) if tf else "2.21"
     return ("tfdist.keras is tf_keras, which is not installed. Install the one of your "
             f"TensorFlow's minor version: pip install 'tf-keras=={minor}.*' (add --no-deps "
-            "beside tensorflow-cpu: tf-keras requires the `tensorflow` distribution), or use "
+            "beside tensorflow-cpu: tf-keras requires the `tensorflow` distribution; where none "
+            f"is released yet, pip install --no-deps 'tf-keras-nightly~={minor}.0.dev'), or use "
             "Keras 3 (`import keras`; `--keras=keras3`). Received: no module named 'tf_keras'")
   low, high = SUPPORTED["tensorflow"]
   return (f"tfdist needs TensorFlow {low[0]}.{low[1]} to {high[0]}.{high[1]}, and none is "

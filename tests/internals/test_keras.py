@@ -33,8 +33,8 @@ def test_the_version_gate_names_the_version():
   assert keras_internals.unsupported_reason((3, 12)) is None
   # Keras 3.10 crashed inside the patch: the gate is what was run, not what was read.
   assert "not applied to Keras 3.10" in keras_internals.unsupported_reason((3, 10))
-  reason = keras_internals.unsupported_reason((3, 16))
-  assert "not applied to Keras 3.16" in reason and "keras-team/keras#20585" in reason
+  reason = keras_internals.unsupported_reason((3, 17))
+  assert "not applied to Keras 3.17" in reason and "keras-team/keras#20585" in reason
   assert "not applied to Keras 3.7" in keras_internals.unsupported_reason((3, 7))
 
 

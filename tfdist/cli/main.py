@@ -87,13 +87,20 @@ def _asks_for_help(arguments) -> bool:
 
 
 def _help_command(argv) -> None:
-  """`tfdist help [COMMAND]`, and `tfdist help --markdown` (the CLI reference page)."""
+  """`tfdist help [COMMAND]`, and `tfdist help --markdown FOLDER` (the CLI reference pages)."""
   from tfdist.cli import _help  # pylint: disable=g-import-not-at-top
   if len(argv) < 3 or argv[2] in _help.HELP_ARGUMENTS:
     print(_usage())
     sys.exit(0)
   if argv[2] == "--markdown":
-    print(_help.reference(COMMANDS), end="")
+    if len(argv) != 4 or not os.path.isdir(argv[3]):
+      print(f"tfdist help --markdown FOLDER writes the reference pages into an existing "
+            f"folder: {_help.REGENERATE}. Received: {argv[3:]}", file=sys.stderr)
+      sys.exit(2)
+    for name, text in _help.reference(COMMANDS).items():
+      with open(os.path.join(argv[3], name), "w") as f:
+        f.write(text)
+      print(os.path.join(argv[3], name))
     sys.exit(0)
   if argv[2] not in COMMANDS:
     _unknown(argv[2])

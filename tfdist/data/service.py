@@ -43,7 +43,7 @@ PROCESSING_MODES = {
 }
 # TF's default keeps handing work to a dead worker for 10 minutes; a
 # restarted one registers again at once. (A lost one still stalls its epoch:
-# docs/known_issues.md.)
+# docs/known-issues-clusters.md.)
 WORKER_TIMEOUT_MS = 30_000
 HEARTBEAT_INTERVAL_MS = 1_000
 

@@ -31,7 +31,7 @@ MODULES = (tensorflow, strategy_watch, strategy_scope, xplane, tf_keras, fit_cal
 # A gate's library -> the distributions that install it, the first found is used.
 _DISTRIBUTIONS = {
     "TensorFlow": _stack.TENSORFLOW_DISTRIBUTIONS,
-    "tf_keras": ("tf-keras",),
+    "tf_keras": _stack.TF_KERAS_DISTRIBUTIONS,
     "Keras": _stack.KERAS_DISTRIBUTIONS,
 }
 

@@ -55,7 +55,7 @@ logger = logging.getLogger("tfdist")
 # Inclusive range of Keras minor versions these patches were run with (`make test` runs
 # the newest). Not 3.11 and older: their epoch iterator yields two values a step, not
 # three, and the patched step function fails on 3.10 ("not enough values to unpack").
-TESTED = ((3, 12), (3, 15))
+TESTED = ((3, 12), (3, 16))
 ISSUE = "keras-team/keras#20585"
 # Patch -> the public issue it works around.
 PATCHES = {
@@ -76,7 +76,7 @@ PATCHES = {
     "local_updates": "keras-team/keras#19308",
 }
 # Patches written against one Keras's own code, tested with it alone.
-_TESTED_FOR = {"input_replay": ((3, 15), (3, 15)), "local_updates": ((3, 15), (3, 15))}
+_TESTED_FOR = {"input_replay": ((3, 15), (3, 16)), "local_updates": ((3, 15), (3, 16))}
 _WITHOUT = {
     "multi_worker": "Keras 3 `fit` under multi_worker_mirrored with 2 or more workers is "
                     "refused before its first step (Keras itself fails there); tf_keras trains",

@@ -23,7 +23,7 @@ from typing import Callable
 
 from tfdist.internals import versions
 
-TESTED = ((2, 17), (2, 21))
+TESTED = ((2, 17), (2, 22))
 PATCHES = {"strategy_watch": "tensorflow/tensorflow#39753",
            "fit_watch": "tensorflow/tensorflow#39753"}
 GATES = {

@@ -13,7 +13,7 @@ from typing import Iterator, Optional, Sequence, Tuple
 
 from tfdist.internals import versions
 
-TESTED = ((2, 17), (2, 21))
+TESTED = ((2, 17), (2, 22))
 
 # Patch -> the public issue it works around.
 PATCHES = {

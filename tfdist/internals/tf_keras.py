@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Tuple
 from tfdist.internals import frames
 from tfdist.internals import versions
 
-TESTED = ((2, 17), (2, 21))
+TESTED = ((2, 17), (2, 22))
 
 
 def version() -> Optional[versions.Version]:

@@ -20,7 +20,7 @@ hands its lines and exit code back. Nothing of the job outlives the launcher:
 
 The address resolves as the flag, then `RAY_ADDRESS`, then an error saying how
 to name or start a cluster; `--ray=local` starts a Ray cluster on this machine
-for the job. Ray is an optional dependency: `pip install 'tfdist[ray]'`.
+for the job. Ray is an optional dependency: in a clone of tfdist, `pip install '.[ray]'`.
 
 Ray's own `TensorflowTrainer` (Ray Train) gives each worker a worker-only
 `TF_CONFIG` (no chief, parameter servers or evaluator) and forces tf_keras;

@@ -68,7 +68,7 @@ class TrainResult:
 
 
 def small_cnn(keras=tf_keras):
-  """The default model: a small CNN for 8x8x1 digits (about 6k parameters).
+  """The default model: a small CNN for 8x8x1 digits (about 5k parameters).
 
   Args:
     keras: the Keras package to build it with, `tf_keras` or `keras` (Keras 3).
