@@ -13,13 +13,14 @@ CHECKOV := $(VENV)/checkov
 CHECKOV_VERSION := 3.3.30
 
 # The oldest and the newest supported TensorFlow (tfdist._stack.SUPPORTED), each with its own
-# tf_keras, in a virtualenv of its own; `make test` runs the default (the newest release).
+# tf_keras and the oldest and newest Keras 3, in a virtualenv of its own; `make test` runs
+# the default (the newest releases).
 # tensorflow-metadata: the newest needs a newer protobuf than TF 2.17 allows
 # (docs/get-started/install.md). 2.22 is a release candidate: it brings the Keras nightly it
 # requires, and no tf-keras is released for it yet, so its tf_keras is the 2.22 nightly,
 # installed without the tf-nightly it names (docs/get-started/install.md).
 OLDEST := .venv-oldest
-OLDEST_STACK := tensorflow==2.17.1 tf-keras==2.17.0 tensorboard==2.17.1 tensorflow-metadata==1.17.3
+OLDEST_STACK := tensorflow==2.17.1 tf-keras==2.17.0 keras==3.12.4 tensorboard==2.17.1 tensorflow-metadata==1.17.3
 NEWEST := .venv-newest
 NEWEST_STACK := tensorflow==2.22.0rc0 keras-nightly==3.16.0.dev2026102704 tensorboard==2.21.0
 NEWEST_NO_DEPS := tf-keras-nightly==2.22.0.dev2026101709
@@ -80,7 +81,7 @@ browser:
 # beside them. Each phase prints its wall time, and pytest the 20 slowest tests
 # (setup.cfg): a regression shows the day it lands.
 test: install slurm browser
-	@start=$$(date +%s); ($(MAKE) --no-print-directory test-versions VERSIONS_WORKERS=1 \
+	@start=$$(date +%s); ($(MAKE) -k --no-print-directory test-versions VERSIONS_WORKERS=1 \
 	  > .venv-versions.log 2>&1; echo $$? > .venv-versions.code; \
 	  echo "phase 3 (the version-sensitive tests on TensorFlow 2.17.1, 2.22.0rc0 and tensorflow-cpu 2.21, beside phase 1, installs included): $$(( $$(date +%s) - start )) s of wall time" \
 	  >> .venv-versions.log) & \

@@ -232,7 +232,7 @@ def test_strategies_are_named_only_where_the_inventory_says():
 
 # What a main may set in its own environment: TensorFlow's switches, which TensorFlow reads
 # only from there, as it loads. A library option travels as an argument, never this way.
-TENSORFLOW_SWITCHES = {"'TF_CPP_MIN_LOG_LEVEL'", "task_keras.LEGACY_KERAS_ENV"}
+TENSORFLOW_SWITCHES = {"'TF_CPP_MIN_LOG_LEVEL'"}
 
 
 def _environment_writes(tree):

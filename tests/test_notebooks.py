@@ -2,6 +2,7 @@
 
 import glob
 import os
+import re
 import sys
 import warnings
 
@@ -25,6 +26,17 @@ def test_committed_without_outputs(path):
   for cell in notebook.cells:
     if cell.cell_type == "code":
       assert cell.outputs == [] and cell.execution_count is None, cell.source[:80]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_a_question_and_its_time_at_the_top_and_the_measured_answer_at_the_end(path):
+  cells = nbformat.read(path, as_version=4).cells
+  top = cells[0].source
+  assert cells[0].cell_type == "markdown" and "?" in top, f"no question at the top: {top[:200]}"
+  assert re.search(r"runs\b[^.]*\bin about \d+", top), f"no time at the top: {top[:300]}"
+  # The answer is printed from the run's own numbers, after the heading that says so.
+  assert cells[-2].cell_type == "markdown" and "The answer, from this run" in cells[-2].source
+  assert cells[-1].cell_type == "code" and "print(" in cells[-1].source, cells[-1].source[:200]
 
 
 # The notebooks whose asserts hold on counts, bytes, weights and devices: nothing beside

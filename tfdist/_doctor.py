@@ -73,8 +73,8 @@ def _stack_rows(report: Report) -> List[Tuple[str, str]]:
       report.problems.append(
           f"tf_keras {tf_keras} is not the tf_keras of TensorFlow {found[0][1]}: tf_keras "
           f"follows its TensorFlow's minor version (pip install 'tf-keras=="
-          f"{tf_minor[0]}.{tf_minor[1]}.*'; none is released for some TensorFlows: use "
-          "Keras 3 there).")
+          f"{tf_minor[0]}.{tf_minor[1]}.*'; where none is released yet, pip install "
+          f"--no-deps 'tf-keras-nightly~={tf_minor[0]}.{tf_minor[1]}.0.dev', or use Keras 3).")
   keras = next(filter(None, map(_stack.installed, _stack.KERAS_DISTRIBUTIONS)), None)
   rows.append(("keras", "not installed" if keras is None else _supported(keras, "keras")))
   rows.append(("tf.keras is", _tf_keras_is()))

@@ -192,6 +192,68 @@ class ScaleReport:
   def colocated(self) -> float:
     return self.compute * self.slowdown
 
+  def text(self, *, model: str, per_replica_batch_size: int, counts: Dict[str, float],
+           compressed: bool = False) -> str:
+    """What `tfdist scale` prints: the inputs measured, the predictions, their check, advice.
+
+    `counts`: the 2-worker run's collectives per step (`collectives_raw`,
+    `collectives_tfdist`, and their `collective_bytes_*`).
+    """
+    fp16 = " (float16 on the wire, counted in float32 bytes)" if compressed else ""
+    lines = [
+        f"\nmodel {model}, batch {per_replica_batch_size} per replica; medians of "
+        f"{len(self.efficiencies)} alternated 1- and 2-worker runs:",
+        f"  compute         {1000 * self.compute:8.1f} ms per step on 1 worker",
+        f"  co-located      {1000 * self.colocated:8.1f} ms per step, 2 workers computing at "
+        f"once on this machine ({self.slowdown - 1:+.0%} for a plain copy of the model: shared "
+        "caches and memory)",
+        f"  gradients       {self.gradient_bytes / 2**20:8.2f} MB; all-reduce bus bandwidth "
+        f"{self.busbw / 1e9:.3f} GB/s{fp16}: {1000 * self.bytes_seconds:.1f} ms per step on 2 "
+        "workers",
+        f"  latency         {1000 * self.latency:8.1f} ms per step on 2 workers (communication "
+        f"at batch 1, {1000 * self.communication:.1f} ms, less the bytes)",
+        f"  sync ÷ floor    {self.sync_ratio:8.1f}× one all-reduce of the gradients alone "
+        f"({1000 * self.gradient_all_reduce:.2f} ms)",
+        f"  collectives     {counts['collectives_tfdist']} per step with tfdist's defaults "
+        f"({counts['collective_bytes_tfdist'] / 1024:.1f} KB), {counts['collectives_raw']} "
+        f"with raw tf_keras ({counts['collective_bytes_raw'] / 1024:.1f} KB): each a round "
+        "trip between the workers",
+        "\npredicted on separate machines (α-β model):",
+        f"{'replicas':>8} {'step ms':>8} {'efficiency':>11}"]
+    lines += [f"{p.replicas:>8} {1000 * p.step_seconds:>8.1f} {p.efficiency:>10.0%}"
+              for p in self.predictions]
+    lines += [
+        f"\n2 workers on this machine: predicted {self.predicted:.0%}, measured "
+        f"{self.measured:.0%} ({1000 * self.two_step:.1f} ms per step; pairs: "
+        f"{', '.join(f'{e:.0%}' for e in self.efficiencies)}); prediction off by "
+        f"{self.error:.0%}",
+        f"  raw tf_keras, same rounds: {self.raw_measured:.0%} ({1000 * self.raw_two_step:.1f} "
+        f"ms per step); tfdist / raw step time {self.two_step / self.raw_two_step:.2f}",
+        "\n" + scaling_model.advice(self.compute, self.gradient_bytes, self.busbw,
+                                    self.measured, compressed=compressed,
+                                    latency_seconds=self.latency)]
+    return "\n".join(lines)
+
+  def as_dict(self, *, per_replica_batch_size: int, counts: Dict[str, float]) -> dict:
+    """What `tfdist scale --output` writes (JSON); `counts` as for `text`."""
+    return {"compute_seconds": self.compute, "colocated_seconds": self.colocated,
+            "two_worker_seconds": self.two_step,
+            "per_replica_batch_size": per_replica_batch_size,
+            "latency_seconds": self.latency, "gradient_bytes": self.gradient_bytes,
+            "busbw": self.busbw, "measured_efficiency_2": self.measured,
+            "measured_efficiency_2_per_pair": self.efficiencies,
+            "predicted_efficiency_2": self.predicted,
+            "prediction_error_2": self.error,
+            "raw_two_worker_seconds": self.raw_two_step,
+            "gradient_all_reduce_seconds": self.gradient_all_reduce,
+            "sync_ratio": self.sync_ratio,
+            "raw_measured_efficiency_2": self.raw_measured,
+            "predicted": {p.replicas: p.efficiency for p in self.predictions},
+            "collectives_per_step": {name: counts[f"collectives_{name}"]
+                                     for name in ("raw", "tfdist")},
+            "collective_bytes_per_step": {name: counts[f"collective_bytes_{name}"]
+                                          for name in ("raw", "tfdist")}}
+
 
 def analyse(pairs: Sequence[Tuple[Dict[str, float], Dict[str, float]]],
             replicas: Sequence[int] = REPLICAS) -> ScaleReport:

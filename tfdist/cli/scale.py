@@ -73,36 +73,10 @@ def main(argv):
       return 1
     pairs.append((one, two))
   r = scale.analyse(pairs)
-  fp16 = " (float16 on the wire, counted in float32 bytes)" if _COMPRESS_GRADIENTS.value else ""
-  batch = _PER_REPLICA_BATCH_SIZE.value
-  print(f"\nmodel {_MODEL.value}, batch {batch} per replica; medians of "
-        f"{len(pairs)} alternated 1- and 2-worker runs:\n"
-        f"  compute         {1000 * r.compute:8.1f} ms per step on 1 worker\n"
-        f"  co-located      {1000 * r.colocated:8.1f} ms per step, 2 workers computing at once on "
-        f"this machine ({r.slowdown - 1:+.0%} for a plain copy of the model: shared caches and memory)\n"
-        f"  gradients       {r.gradient_bytes / 2**20:8.2f} MB; all-reduce bus bandwidth "
-        f"{r.busbw / 1e9:.3f} GB/s{fp16}: {1000 * r.bytes_seconds:.1f} ms per step on 2 workers\n"
-        f"  latency         {1000 * r.latency:8.1f} ms per step on 2 workers (communication at "
-        f"batch 1, {1000 * r.communication:.1f} ms, less the bytes)\n"
-        f"  sync ÷ floor    {r.sync_ratio:8.1f}× one all-reduce of the gradients alone "
-        f"({1000 * r.gradient_all_reduce:.2f} ms)")
   counts = pairs[0][1]  # The 2-worker run's trace; the same in every run.
-  print(f"  collectives     {counts['collectives_tfdist']} per step with tfdist's defaults "
-        f"({counts['collective_bytes_tfdist'] / 1024:.1f} KB), {counts['collectives_raw']} "
-        f"with raw tf_keras ({counts['collective_bytes_raw'] / 1024:.1f} KB): each a round "
-        "trip between the workers")
-  print(f"\npredicted on separate machines (α-β model):\n"
-        f"{'replicas':>8} {'step ms':>8} {'efficiency':>11}")
-  for p in r.predictions:
-    print(f"{p.replicas:>8} {1000 * p.step_seconds:>8.1f} {p.efficiency:>10.0%}")
-  print(f"\n2 workers on this machine: predicted {r.predicted:.0%}, measured {r.measured:.0%} "
-        f"({1000 * r.two_step:.1f} ms per step; pairs: "
-        f"{', '.join(f'{e:.0%}' for e in r.efficiencies)}); prediction off by {r.error:.0%}\n"
-        f"  raw tf_keras, same rounds: {r.raw_measured:.0%} ({1000 * r.raw_two_step:.1f} ms "
-        f"per step); tfdist / raw step time {r.two_step / r.raw_two_step:.2f}")
-  print("\n" + scaling_model.advice(r.compute, r.gradient_bytes, r.busbw, r.measured,
-                                    compressed=_COMPRESS_GRADIENTS.value,
-                                    latency_seconds=r.latency))
+  batch = _PER_REPLICA_BATCH_SIZE.value
+  print(r.text(model=_MODEL.value, per_replica_batch_size=batch, counts=counts,
+               compressed=_COMPRESS_GRADIENTS.value))
   if _PLOT.value:
     try:
       path = scaling_model.plot(
@@ -115,22 +89,7 @@ def main(argv):
       print(f"no curve: {e}")
   if _OUTPUT.value:
     with open(_OUTPUT.value, "w") as f:
-      json.dump({"compute_seconds": r.compute, "colocated_seconds": r.colocated,
-                 "two_worker_seconds": r.two_step, "per_replica_batch_size": batch,
-                 "latency_seconds": r.latency, "gradient_bytes": r.gradient_bytes,
-                 "busbw": r.busbw, "measured_efficiency_2": r.measured,
-                 "measured_efficiency_2_per_pair": r.efficiencies,
-                 "predicted_efficiency_2": r.predicted,
-                 "prediction_error_2": r.error,
-                 "raw_two_worker_seconds": r.raw_two_step,
-                 "gradient_all_reduce_seconds": r.gradient_all_reduce,
-                 "sync_ratio": r.sync_ratio,
-                 "raw_measured_efficiency_2": r.raw_measured,
-                 "predicted": {p.replicas: p.efficiency for p in r.predictions},
-                 "collectives_per_step": {name: counts[f"collectives_{name}"]
-                                          for name in ("raw", "tfdist")},
-                 "collective_bytes_per_step": {name: counts[f"collective_bytes_{name}"]
-                                               for name in ("raw", "tfdist")}}, f, indent=1)
+      json.dump(r.as_dict(per_replica_batch_size=batch, counts=counts), f, indent=1)
   return 0
 
 

@@ -52,9 +52,10 @@ from tfdist.internals import versions
 
 logger = logging.getLogger("tfdist")
 
-# Inclusive range of Keras minor versions these patches were run with (`make test` runs
-# the newest). Not 3.11 and older: their epoch iterator yields two values a step, not
-# three, and the patched step function fails on 3.10 ("not enough values to unpack").
+# Inclusive range of Keras minor versions these patches were run with: `make test` runs
+# 3.15, and `make test-versions` 3.12 beside TensorFlow 2.17 and the 3.16 nightly beside
+# 2.22. Not 3.11 and older: their epoch iterator yields two values a step, not three, and
+# the patched step function fails on 3.10 ("not enough values to unpack").
 TESTED = ((3, 12), (3, 16))
 ISSUE = "keras-team/keras#20585"
 # Patch -> the public issue it works around.
@@ -75,8 +76,6 @@ PATCHES = {
     # applies each replica's own gradients.
     "local_updates": "keras-team/keras#19308",
 }
-# Patches written against one Keras's own code, tested with it alone.
-_TESTED_FOR = {"input_replay": ((3, 15), (3, 16)), "local_updates": ((3, 15), (3, 16))}
 _WITHOUT = {
     "multi_worker": "Keras 3 `fit` under multi_worker_mirrored with 2 or more workers is "
                     "refused before its first step (Keras itself fails there); tf_keras trains",
@@ -89,7 +88,7 @@ _WITHOUT = {
 # Patch -> its gate (`tfdist doctor` reports each).
 GATES = {patch: versions.Gate(
     {"multi_worker": "Keras 3 multi-worker workaround"}.get(patch, f"Keras 3 {patch} patch"),
-    "Keras", _TESTED_FOR.get(patch, TESTED), issue, _WITHOUT[patch])
+    "Keras", TESTED, issue, _WITHOUT[patch])
          for patch, issue in PATCHES.items()}
 # The module whose import `tfdist launch`'s task site waits for, to enable_multi_worker().
 TRAINER_MODULE = "keras.src.backend.tensorflow.trainer"
@@ -193,10 +192,7 @@ def trainer_class(trainer):
 
   Keras 3.16 renamed `TensorFlowTrainer` to `Trainer` (keras-nightly
   3.16.0.dev2026102704, which TensorFlow 2.22.0rc0 installs); the methods patched
-  here kept their names and code. With the gate opened by hand there, 2 workers
-  trained to the same losses and evaluated and predicted alike, where raw Keras fails.
-  The gate stays at 3.15 until 3.16 is supported: tfdist's suite needs tf_keras,
-  which TensorFlow 2.22 does not have yet.
+  here kept their names and code (`make test-newest` runs them there).
   """
   return getattr(trainer, "TensorFlowTrainer", None) or trainer.Trainer
 
