@@ -8,7 +8,7 @@ import pytest
 from tfdist import _doctor as doctor
 from tfdist.cluster import ClusterSpec
 
-# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+# Version-sensitive: `make test-versions` runs it on the oldest and newest supported TensorFlow too.
 pytestmark = pytest.mark.versions
 
 
@@ -155,6 +155,12 @@ def test_a_stack_that_cannot_work_is_named_with_its_fix(monkeypatch):
   problems = doctor.diagnose({}).problems
   assert any(p.startswith("tf_keras 2.15.0 is not the tf_keras of TensorFlow ") and
              "pip install 'tf-keras==2." in p for p in problems), problems
+  both = {"tf-keras": "2.21.0", "tf-keras-nightly": "2.22.0.dev2026101709"}
+  monkeypatch.setattr(_stack, "installed", lambda name: both.get(name) or real(name))
+  problems = doctor.diagnose({}).problems
+  assert any(p.startswith("2 tf_keras distributions are installed over one package folder "
+                          "(tf-keras, tf-keras-nightly)") for p in problems), problems
+  monkeypatch.setattr(_stack, "installed", real)
   monkeypatch.setattr(_stack, "tensorflow_distributions",
                       lambda: [("tensorflow", "2.21.0"), ("tensorflow-cpu", "2.21.0")])
   problems = doctor.diagnose({}).problems

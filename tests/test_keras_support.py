@@ -9,7 +9,7 @@ import helpers
 import tfdist
 from tfdist import _keras_support as keras_support
 
-# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+# Version-sensitive: `make test-versions` runs it on the oldest and newest supported TensorFlow too.
 pytestmark = pytest.mark.versions
 
 KERAS_FIT = f"{helpers.SCRIPTS}/keras_fit.py"

@@ -65,6 +65,12 @@ def _stack_rows(report: Report) -> List[Tuple[str, str]]:
         f"({', '.join(n for n, _ in found)}): each overwrote the other's files. Uninstall all "
         "and install one (a requirement on `tensorflow` beside `tensorflow-cpu` does this).")
   tf_keras = _stack.installed_tf_keras()
+  both = [name for name in _stack.TF_KERAS_DISTRIBUTIONS if _stack.installed(name) is not None]
+  if len(both) > 1:  # Like two TensorFlows: one package folder, each over the other's files.
+    report.problems.append(
+        f"{len(both)} tf_keras distributions are installed over one package folder "
+        f"({', '.join(both)}): each overwrote the other's files. Uninstall both and install "
+        "one.")
   rows.append(("tf_keras", "not installed (Keras 3 only)" if tf_keras is None
                else _supported(tf_keras, "tf_keras")))
   if tf_keras is not None and found:

@@ -4,8 +4,8 @@ tfdist leaves TensorFlow to the user, as Keras and TensorFlow Datasets do: a
 container's or cloud image's `tensorflow`, `tensorflow-cpu` or
 `tensorflow[and-cuda]` stays as it is (docs/get-started/install.md). This module
 says which one is installed, whether its versions are in the ranges tfdist
-supports (`SUPPORTED`: `make test` runs the newest, `make test-versions` the
-oldest), and what to pin (`constraints`).
+supports (`SUPPORTED`: `make test` runs 2.21, `make test-versions` the oldest and the
+newest), and what to pin (`constraints`).
 
 Example:
 
@@ -21,8 +21,9 @@ from tfdist.internals import versions
 
 Version = versions.Version
 
-# Inclusive (major, minor) ranges tfdist supports: `make test` runs the newest and
-# `make test-versions` the oldest (Keras 3: the versions its patches were run with).
+# Inclusive (major, minor) ranges tfdist supports: `make test` runs TensorFlow 2.21 and
+# `make test-versions` the oldest and the newest (Keras 3: the versions its patches were
+# run with).
 # Each gate of tfdist.internals is this range or, where a use was run on fewer, inside it.
 SUPPORTED: Dict[str, Tuple[Version, Version]] = {
     "tensorflow": ((2, 17), (2, 22)),
@@ -92,7 +93,8 @@ def missing(module: str) -> str:
   """The error for a `tensorflow` or `tf_keras` that is not installed, with the fix."""
   if module == "tf_keras":
     tf = tensorflow_distributions()
-    minor = ".".join(tf[0][1].split(".")[:2]) if tf else "2.21"
+    newest = SUPPORTED["tensorflow"][1]
+    minor = ".".join(tf[0][1].split(".")[:2]) if tf else f"{newest[0]}.{newest[1]}"
     return ("tfdist.keras is tf_keras, which is not installed. Install the one of your "
             f"TensorFlow's minor version: pip install 'tf-keras=={minor}.*' (add --no-deps "
             "beside tensorflow-cpu: tf-keras requires the `tensorflow` distribution; where none "

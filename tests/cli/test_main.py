@@ -140,8 +140,8 @@ def test_the_cli_reference_pages_are_generated_from_the_flags(tmp_path):
   assert sorted(os.listdir(tmp_path)) == sorted(_help.REFERENCE_PAGES)
   generated = ""
   for name in _help.REFERENCE_PAGES:
-    page = (tmp_path / name).read_text()
-    with open(os.path.join(helpers.REPO, _help.REFERENCE_FOLDER, name)) as f:
+    page = (tmp_path / name).read_text(encoding="utf-8")
+    with open(os.path.join(helpers.REPO, _help.REFERENCE_FOLDER, name), encoding="utf-8") as f:
       committed = f.read()
     assert page == committed, (f"{_help.REFERENCE_FOLDER}/{name} is not what the flags say; "
                                f"regenerate it: {_help.REGENERATE}")

@@ -9,7 +9,7 @@ import pytest
 import helpers
 from tfdist.internals import fit_callbacks
 
-# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+# Version-sensitive: `make test-versions` runs it on the oldest and newest supported TensorFlow too.
 pytestmark = pytest.mark.versions
 
 

@@ -8,7 +8,7 @@ import pytest
 import tfdist.internals
 from tfdist.internals import gates
 
-# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+# Version-sensitive: `make test-versions` runs it on the oldest and newest supported TensorFlow too.
 pytestmark = pytest.mark.versions
 
 

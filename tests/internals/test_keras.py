@@ -11,7 +11,7 @@ import pytest
 import helpers
 from tfdist.internals import keras as keras_internals
 
-# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+# Version-sensitive: `make test-versions` runs it on the oldest and newest supported TensorFlow too.
 pytestmark = pytest.mark.versions
 
 KERAS_FIT = f"{helpers.SCRIPTS}/keras_fit.py"

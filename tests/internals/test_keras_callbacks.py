@@ -12,7 +12,7 @@ import pytest
 
 from tfdist.internals import keras_callbacks
 
-# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+# Version-sensitive: `make test-versions` runs it on the oldest and newest supported TensorFlow too.
 pytestmark = pytest.mark.versions
 
 

@@ -11,7 +11,7 @@ import tfdist
 from tfdist.internals import tensorflow as tf_internals
 from tfdist.launch import private_network
 
-# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+# Version-sensitive: `make test-versions` runs it on the oldest and newest supported TensorFlow too.
 pytestmark = pytest.mark.versions
 
 

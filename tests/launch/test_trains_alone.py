@@ -12,7 +12,7 @@ from tfdist import launch as launch_lib
 from tfdist.launch import _local as local
 from tfdist.launch import _trains_alone as trains_alone
 
-# Version-sensitive: `make test-versions` runs it on the oldest supported TensorFlow too.
+# Version-sensitive: `make test-versions` runs it on the oldest and newest supported TensorFlow too.
 pytestmark = pytest.mark.versions
 
 SCRIPT = f"{helpers.SCRIPTS}/user/trains_alone.py"

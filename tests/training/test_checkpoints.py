@@ -251,7 +251,7 @@ def test_a_backup_that_would_outlast_the_grace_period_is_warned_about_at_the_fir
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
-# Mirrored's replay is also `make test-versions`'s, on the oldest supported TensorFlow.
+# Mirrored's replay is also `make test-versions`'s, on the oldest and newest supported TensorFlow.
 @pytest.mark.parametrize("name", ["one_device", pytest.param("mirrored", marks=pytest.mark.versions)])
 def test_fit_interrupted_twice_reads_on_where_it_stopped_and_ends_with_the_uninterrupted_weights(
     flavour, name, tmp_path):

@@ -54,7 +54,7 @@ def _replica_spread(strategy, model):
              for a, b in (_copies(strategy, v) for v in model.trainable_variables))
 
 
-@pytest.mark.versions  # `make test-versions` runs it on the oldest supported TensorFlow too.
+@pytest.mark.versions  # `make test-versions` runs it on the oldest and newest supported TensorFlow too.
 @pytest.mark.slow
 def test_every_step_synced_with_sgd_is_synchronous_training():
   """fit and the Loop at sync_every=1 equal one device; H>1 replicas part, a sync joins them.
@@ -154,7 +154,7 @@ def _every_copy(strategy, model):
   return np.concatenate([copy.ravel() for v in variables for copy in _copies(strategy, v)])
 
 
-@pytest.mark.versions  # `make test-versions` runs it on the oldest supported TensorFlow too.
+@pytest.mark.versions  # `make test-versions` runs it on the oldest and newest supported TensorFlow too.
 @pytest.mark.slow
 @pytest.mark.parametrize("flavour", KERASES)
 def test_fit_stopped_between_syncs_with_adam_resumes_every_replica_as_it_was(flavour, tmp_path):

@@ -186,7 +186,7 @@ def each_command(commands: Mapping[str, str]) -> Iterator[Tuple[str, str, Module
 
   The commands share flag names, so each module's flags are deleted from
   absl's FLAGS before the next one is imported. Only for a process that runs
-  no command (`tfdist help --markdown`), and only once per process.
+  no command (`tfdist help --markdown FOLDER`), and only once per process.
   """
   for command, description in commands.items():
     module = importlib.import_module(f"tfdist.cli.{command}")

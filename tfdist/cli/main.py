@@ -98,7 +98,7 @@ def _help_command(argv) -> None:
             f"folder: {_help.REGENERATE}. Received: {argv[3:]}", file=sys.stderr)
       sys.exit(2)
     for name, text in _help.reference(COMMANDS).items():
-      with open(os.path.join(argv[3], name), "w") as f:
+      with open(os.path.join(argv[3], name), "w", encoding="utf-8") as f:
         f.write(text)
       print(os.path.join(argv[3], name))
     sys.exit(0)

@@ -1,6 +1,6 @@
 """TensorFlow's private code that tfdist uses, in one place.
 
-Run with TensorFlow 2.17 and 2.21, the oldest and newest supported (`TESTED`). What each
+Run with TensorFlow 2.17 and 2.22, the oldest and newest supported (`TESTED`). What each
 use needs, and the public issue behind it, is in docs/architecture.md (Private
 TensorFlow and Keras code) and docs/known_issues.md.
 """

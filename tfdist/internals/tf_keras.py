@@ -1,6 +1,6 @@
 """tf_keras's private code that tfdist uses, in one place.
 
-Run with tf_keras 2.17 and 2.21, the oldest and newest supported (`TESTED`). These read
+Run with tf_keras 2.17 and the 2.22 nightly, the oldest and newest supported (`TESTED`). These read
 or call tf_keras code; one, `enable_input_replay`, replaces a method of one
 running `fit`'s data handler, undone by `disable_input_replay` (`PATCHES`).
 docs/known_issues.md tells why.
