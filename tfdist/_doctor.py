@@ -59,18 +59,12 @@ def _stack_rows(report: Report) -> List[Tuple[str, str]]:
     if _stack.outside("tensorflow", version) and not untested:
       report.problems.append(f"{_stack.outside('tensorflow', version)}: tfdist's patches for "
                              "it are not applied (see `patches` above).")
-  if len(found) > 1:
-    report.problems.append(
-        f"{len(found)} TensorFlow distributions are installed over one package folder "
-        f"({', '.join(n for n, _ in found)}): each overwrote the other's files. Uninstall all "
-        "and install one (a requirement on `tensorflow` beside `tensorflow-cpu` does this).")
-  tf_keras = _stack.installed_tf_keras()
-  both = [name for name in _stack.TF_KERAS_DISTRIBUTIONS if _stack.installed(name) is not None]
-  if len(both) > 1:  # Like two TensorFlows: one package folder, each over the other's files.
-    report.problems.append(
-        f"{len(both)} tf_keras distributions are installed over one package folder "
-        f"({', '.join(both)}): each overwrote the other's files. Uninstall both and install "
-        "one.")
+  _overwritten(report, "TensorFlow", [name for name, _ in found],
+               " (a requirement on `tensorflow` beside `tensorflow-cpu` does this)")
+  tf_kerases = [(name, version) for name in _stack.TF_KERAS_DISTRIBUTIONS
+                for version in [_stack.installed(name)] if version is not None]
+  _overwritten(report, "tf_keras", [name for name, _ in tf_kerases])
+  tf_keras = tf_kerases[0][1] if tf_kerases else None
   rows.append(("tf_keras", "not installed (Keras 3 only)" if tf_keras is None
                else _supported(tf_keras, "tf_keras")))
   if tf_keras is not None and found:
@@ -90,6 +84,15 @@ def _stack_rows(report: Report) -> List[Tuple[str, str]]:
   rows.append(("pin this stack", "printf '%s\\n' " + " ".join(_stack.constraints())
                + " > constraints.txt; pip install -c constraints.txt ..."))
   return rows
+
+
+def _overwritten(report: Report, library: str, distributions: List[str], cause: str = ""):
+  """A problem where two or more distributions of `library` share one package folder."""
+  if len(distributions) > 1:
+    report.problems.append(
+        f"{len(distributions)} {library} distributions are installed over one package folder "
+        f"({', '.join(distributions)}): each overwrote the other's files. Uninstall all and "
+        f"install one{cause}.")
 
 
 def _tfds(report: Report) -> str:

@@ -58,11 +58,6 @@ def installed(distribution: str) -> Optional[str]:
     return None
 
 
-def installed_tf_keras() -> Optional[str]:
-  """The installed version of tf_keras (`tf-keras` or its nightly), or None."""
-  return next(filter(None, map(installed, TF_KERAS_DISTRIBUTIONS)), None)
-
-
 def tensorflow_distributions() -> List[Tuple[str, str]]:
   """[(distribution, version)] of each installed distribution of the `tensorflow` package.
 
