@@ -183,6 +183,16 @@ def run_job(mode, targets, kinds, total_steps, start):
         time.sleep(0.05)
       left_over.append(len(_pids_with(workdir)) + sum(map(_alive, servers)))
       if result is not None and code == 0:
+        if pending is not None:
+          # Killed near the end: the job finished before the launcher's restart line
+          # or its next step showed. It ended whole, so the fault was survived.
+          pending.setdefault("resumed_from", pending["reached"])
+          pending["seconds"] = when - pending["at"]
+          faults.append(pending)
+        if len(faults) < len(targets):  # Never a silent pass with a fault left out.
+          raise SystemExit(f"chaos soak ({mode}): the job ended at step {step} before "
+                           f"{kinds[len(faults)]} (at step {targets[len(faults)]}) found "
+                           "its process")
         break
       if pending is None or pending["kind"] not in ("sigterm_launcher", "sigkill_launcher"):
         raise SystemExit(f"chaos soak: tfdist launch ended with {code} unasked, at step {step}")

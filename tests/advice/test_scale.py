@@ -26,8 +26,9 @@ def test_fits_are_as_many_steps_as_asked_without_a_minimum_length(counting_model
 def test_short_fits_are_lengthened_to_the_minimum_and_the_check_is_longer_still(
     counting_model_fn):
   result, iterations = _measure(counting_model_fn, min_fit_seconds=0.5, longer=2)
-  # A step of this model takes milliseconds: half a second is many more than 5.
-  assert result["steps"] >= 50
+  # A step of this model takes milliseconds: half a second is more than 5 of them
+  # (about 100 alone, 34 under CI's load: the count follows the machine's speed).
+  assert result["steps"] > 5
   # Two 5-step calibration fits, then two rounds of "synced" and "synced_check".
   assert iterations == 2 * 5 + 2 * (result["steps"] + 2 * result["steps"])
   assert result["synced_check"] > 0 and result["synced"] > 0
