@@ -6,6 +6,7 @@ choice raise with the same list.
 """
 
 import dataclasses
+from typing import Tuple
 
 # MirroredStrategy's all-reduce across the devices of one machine.
 CROSS_DEVICE_OPS = ("auto", "nccl", "hierarchical_copy", "reduction_to_one_device")
@@ -29,23 +30,42 @@ PARAMETER_SERVER = "parameter server"  # Asynchronous workers, variables on ps t
 KINDS = (DEFAULT, SINGLE_MACHINE, COLLECTIVE, PARAMETER_SERVER)
 
 
+# What Keras 3's own `fit` does under a strategy (tf_keras's fits under every one),
+# as measured and listed in docs/known_issues.md.
+KERAS3_FITS = "fits"
+# Fits with one worker, fails with two or more (keras-team/keras#20585);
+# tfdist.internals.keras patches it.
+KERAS3_FAILS_MULTI_WORKER = "fails with 2+ workers"
+# No `fit` at all: no DatasetCreator, no ClusterCoordinator (keras-team/keras#18624);
+# tfdist refuses it before the first step and trains with tfdist.training.loop.
+KERAS3_NO_FIT = "no fit"
+KERAS3_SUPPORT = (KERAS3_FITS, KERAS3_FAILS_MULTI_WORKER, KERAS3_NO_FIT)
+
+
 @dataclasses.dataclass(frozen=True)
 class StrategyTraits:
   """One strategy's traits.
 
   `kind`: one of KINDS. `copy_per_replica`: each replica keeps its own copy of
   the weights, kept equal by all-reduce (what local SGD lets drift between
-  syncs); central storage keeps one copy on the CPU.
+  syncs); central storage keeps one copy on the CPU. `keras3_fit`: one of
+  KERAS3_SUPPORT. `choices`: (option, its values) for each option of the
+  builder that users choose by name (`tfdist train` offers each as a flag).
   """
 
   name: str
   kind: str
   copy_per_replica: bool
+  keras3_fit: str = KERAS3_FITS
+  choices: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
 
   def __post_init__(self):
     if self.kind not in KINDS:
       raise ValueError(f"`kind` must be one of {list(KINDS)}. Received: kind={self.kind!r} "
                        f"for strategy {self.name!r}")
+    if self.keras3_fit not in KERAS3_SUPPORT:
+      raise ValueError(f"`keras3_fit` must be one of {list(KERAS3_SUPPORT)}. Received: "
+                       f"keras3_fit={self.keras3_fit!r} for strategy {self.name!r}")
 
   @property
   def takes_cluster(self) -> bool:
@@ -61,10 +81,14 @@ class StrategyTraits:
 STRATEGIES = (
     StrategyTraits("default", DEFAULT, copy_per_replica=False),
     StrategyTraits("one_device", SINGLE_MACHINE, copy_per_replica=False),
-    StrategyTraits("mirrored", SINGLE_MACHINE, copy_per_replica=True),
+    StrategyTraits("mirrored", SINGLE_MACHINE, copy_per_replica=True,
+                   choices=(("cross_device_ops", CROSS_DEVICE_OPS),)),
     StrategyTraits("central_storage", SINGLE_MACHINE, copy_per_replica=False),
-    StrategyTraits("multi_worker_mirrored", COLLECTIVE, copy_per_replica=True),
-    StrategyTraits("parameter_server", PARAMETER_SERVER, copy_per_replica=False),
+    StrategyTraits("multi_worker_mirrored", COLLECTIVE, copy_per_replica=True,
+                   keras3_fit=KERAS3_FAILS_MULTI_WORKER,
+                   choices=(("communication", COMMUNICATION),)),
+    StrategyTraits("parameter_server", PARAMETER_SERVER, copy_per_replica=False,
+                   keras3_fit=KERAS3_NO_FIT),
 )
 
 

@@ -10,6 +10,7 @@ import os
 import platform
 from typing import List, Mapping, Optional, Tuple
 
+from tfdist import _choices as choices
 from tfdist import cluster as cluster_lib
 from tfdist import _keras_support as keras_support
 from tfdist import _stack
@@ -203,7 +204,7 @@ def _xla() -> List[Tuple[str, str]]:
   from tfdist.strategies import _keras_guard as keras_guard
   x = np.zeros((8, 2), "float32")
   rows = []
-  for name in ("one_device", "mirrored", "central_storage"):
+  for name in choices.strategy_names(choices.SINGLE_MACHINE):
     with strategies.make_strategy(name).scope():
       model = tf_keras.Sequential([tf_keras.Input((2,)), tf_keras.layers.Dense(1)])
       model.compile(optimizer="sgd", loss="mse", jit_compile=True)
@@ -216,10 +217,10 @@ def _xla() -> List[Tuple[str, str]]:
     except Exception as e:  # pylint: disable=broad-except  # Reported, not raised.
       rows.append((name, f"FAILS (measured): {type(e).__name__}: {str(e).splitlines()[0]}"))
   # Not measured here (they need a cluster): the reasons their guards give.
-  rows.append(("multi_worker_mirrored", "refused before the first step on CPUs: "
-               + keras_guard.XLA_CPU_COLLECTIVES))
-  rows.append(("parameter_server", "refused before the first step: "
-               + keras_guard.XLA_PS_VARIABLES))
+  rows += [(name, "refused before the first step on CPUs: " + keras_guard.XLA_CPU_COLLECTIVES)
+           for name in choices.strategy_names(choices.COLLECTIVE)]
+  rows += [(name, "refused before the first step: " + keras_guard.XLA_PS_VARIABLES)
+           for name in choices.strategy_names(choices.PARAMETER_SERVER)]
   return rows
 
 

@@ -16,6 +16,7 @@ import sys
 import warnings
 from typing import Callable, Optional
 
+from tfdist import _choices as choices
 from tfdist.internals import tensorflow as tf_internals
 
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
@@ -28,19 +29,55 @@ MWMS_FAILURE = ("Keras 3 cannot fit under multi-worker MultiWorkerMirroredStrate
                 "it fails converting PerReplica values (keras-team/keras#20585)")
 PSS_FAILURE = ("Keras 3 cannot fit under ParameterServerStrategy: it has no "
                "DatasetCreator and never uses the ClusterCoordinator (keras-team/keras#18624)")
-STRATEGIES = ("one_device", "mirrored", "central_storage", "multi_worker_mirrored (1 worker)",
-              "multi_worker_mirrored (2+ workers)", "parameter_server")
-# (keras flavour, strategy) -> (what raw Keras `fit` does, what it does under tfdist).
-SUPPORT = {(flavour, strategy): ("works", "works") for flavour in (KERAS3, TF_KERAS)
-           for strategy in STRATEGIES}
-SUPPORT[(KERAS3, "multi_worker_mirrored (2+ workers)")] = (
-    f"FAILS: {MWMS_FAILURE}", "works (tfdist.internals.keras)")
-# The cells whose "works" under tfdist rests on a patch of tfdist.internals.keras.
-RESTS_ON_PATCH = {(KERAS3, "multi_worker_mirrored (2+ workers)"): "multi_worker",
-                  (KERAS3, "parameter_server"): "atomic_assign_add"}
-SUPPORT[(KERAS3, "parameter_server")] = (
-    f"FAILS: {PSS_FAILURE}", "fit refused before the first step, pointing to tfdist.training.loop, "
-    "which works (`tfdist train` uses it)")
+# Where each Keras 3 support of the strategy traits leaves raw Keras 3's fit, what tfdist
+# makes of it, and the patch of tfdist.internals.keras that rests on.
+_RAW_FAILURE = {choices.KERAS3_FAILS_MULTI_WORKER: MWMS_FAILURE, choices.KERAS3_NO_FIT: PSS_FAILURE}
+_UNDER_TFDIST = {
+    choices.KERAS3_FAILS_MULTI_WORKER: "works (tfdist.internals.keras)",
+    choices.KERAS3_NO_FIT: ("fit refused before the first step, pointing to "
+                            "tfdist.training.loop, which works (`tfdist train` uses it)")}
+_PATCH = {choices.KERAS3_FAILS_MULTI_WORKER: "multi_worker",
+          choices.KERAS3_NO_FIT: "atomic_assign_add"}
+
+
+def _cells():
+  """(traits, label, workers, ps tasks) of each cell of the Keras x strategy matrix.
+
+  A collective strategy has two: one worker, where raw Keras 3 fits, and two.
+  """
+  for traits in choices.STRATEGIES:
+    if traits.kind == choices.COLLECTIVE:
+      yield traits, f"{traits.name} (1 worker)", 1, 0
+      yield traits, f"{traits.name} (2+ workers)", 2, 0
+    elif traits.kind == choices.PARAMETER_SERVER:
+      yield traits, traits.name, 2, 1
+    elif traits.kind == choices.SINGLE_MACHINE:
+      yield traits, traits.name, 0, 0
+
+
+# (strategy, label, workers, ps tasks) of each cell, from the strategies' traits.
+CELLS = tuple((traits.name, label, workers, ps) for traits, label, workers, ps in _cells())
+STRATEGIES = tuple(label for _, label, _, _ in CELLS)
+
+
+def _support():
+  """SUPPORT and RESTS_ON_PATCH, from each strategy's `keras3_fit` trait."""
+  support, patches = {}, {}
+  for flavour in (KERAS3, TF_KERAS):
+    for traits, label, workers, _ in _cells():
+      fit = traits.keras3_fit if flavour == KERAS3 else choices.KERAS3_FITS
+      if fit == choices.KERAS3_FITS or (fit == choices.KERAS3_FAILS_MULTI_WORKER
+                                        and workers < 2):
+        support[(flavour, label)] = ("works", "works")
+        continue
+      support[(flavour, label)] = (f"FAILS: {_RAW_FAILURE[fit]}", _UNDER_TFDIST[fit])
+      patches[(flavour, label)] = _PATCH[fit]
+  return support, patches
+
+
+# (keras flavour, cell label) -> (what raw Keras `fit` does, what it does under tfdist),
+# and the cells whose "works" under tfdist rests on a patch of tfdist.internals.keras.
+SUPPORT, RESTS_ON_PATCH = _support()
 
 
 def use_legacy_keras() -> None:
@@ -135,12 +172,16 @@ def is_keras3_function(fn: Callable) -> bool:
   return getattr(fn, "__module__", "").startswith("keras.")
 
 
+# Where Keras 3 has no `fit` at all: its own loop is the other way to train it.
+_NO_FIT = tuple(s.name for s in choices.STRATEGIES if s.keras3_fit == choices.KERAS3_NO_FIT)
+
+
 def refuse_keras3(strategy_name: str, reason: str) -> None:
   """Raises the error a Keras 3 `fit` under an unsupported strategy gets, up front."""
   import keras  # Only reached from inside Keras 3's own trainer.
   loop = ("Train this Keras 3 model with `tfdist.training.loop.Loop(strategy, model, loss=..., "
           "optimizer=...).fit(dataset_fn, epochs=..., steps_per_epoch=...)`, or build it "
-          if strategy_name == "parameter_server" else "Build the model ")
+          if strategy_name in _NO_FIT else "Build the model ")
   raise TypeError(
       f"{reason}. {loop}with tf_keras, which trains under "
       f"{strategy_name}: `from tfdist import keras` (or call "

@@ -34,6 +34,17 @@ def test_multi_worker_mirrored_two_processes_identical_weights(tmp_path):
   assert "[worker:0] Epoch 4/4" in result.stdout  # Keras progress per epoch.
 
 
+def test_each_option_users_choose_by_name_is_a_flag_with_its_values():
+  from tfdist import _choices as choices
+  result = helpers.run(helpers.tfdist_cli("train", "--help"), timeout=60)
+  assert result.returncode == 0, result.stdout[-2000:]
+  offered = [option for traits in choices.STRATEGIES for option, _ in traits.choices]
+  assert offered == ["cross_device_ops", "communication"]
+  for traits in choices.STRATEGIES:
+    for option, values in traits.choices:
+      assert f"--{option}: <{'|'.join(values)}>" in result.stdout, (traits.name, option)
+
+
 @pytest.mark.slow
 def test_train_rejects_a_bad_flag():
   result = helpers.run(helpers.tfdist_cli("train", "--strategy=mirorred"), timeout=60)

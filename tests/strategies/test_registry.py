@@ -39,6 +39,23 @@ def test_each_registered_strategy_has_the_traits_the_mains_derive_from():
     choices.strategy("mirorred")
 
 
+def test_the_options_users_choose_by_name_are_options_of_the_builder():
+  # tests/cli/test_train.py: `tfdist train` offers each as a flag with those values.
+  import inspect
+  from tfdist import _choices as choices
+  chosen = 0
+  for name, entry in strategies.STRATEGIES.items():
+    for option, _ in entry.traits.choices:
+      assert option in inspect.signature(entry.builder).parameters, (name, option)
+      chosen += 1
+  assert chosen == 2  # mirrored's cross_device_ops, multi_worker_mirrored's communication.
+  with pytest.raises(ValueError, match=r"`keras3_fit` must be one of \['fits', "
+                     r"'fails with 2\+ workers', 'no fit'\]\. Received: keras3_fit='yes' "
+                     r"for strategy 'yours'"):
+    strategies.StrategyTraits("yours", choices.SINGLE_MACHINE, copy_per_replica=True,
+                              keras3_fit="yes")
+
+
 def test_a_strategy_tfdist_does_not_know_registers_without_traits(monkeypatch):
   from tfdist import _choices as choices
   from tfdist import _registry as base

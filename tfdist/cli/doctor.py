@@ -16,18 +16,14 @@ from typing import List, Tuple
 
 from absl import flags
 
+from tfdist import _keras_support as keras_support
 from tfdist.cli import _train_process as train_process
 from tfdist.launch import _task_keras as task_keras
 
 # Strategy flag value -> (matrix cell, extra `tfdist train` flags) per cell.
-CELLS = {
-    "one_device": [("one_device", [])],
-    "mirrored": [("mirrored", [])],
-    "central_storage": [("central_storage", [])],
-    "multi_worker_mirrored": [("multi_worker_mirrored (1 worker)", ["--workers=1"]),
-                              ("multi_worker_mirrored (2+ workers)", ["--workers=2"])],
-    "parameter_server": [("parameter_server", ["--workers=2", "--ps=1"])],
-}
+CELLS = {strategy: [(label, [f"--workers={workers}"] * bool(workers) + [f"--ps={ps}"] * bool(ps))
+                    for name, label, workers, ps in keras_support.CELLS if name == strategy]
+         for strategy in dict.fromkeys(cell[0] for cell in keras_support.CELLS)}
 CHECK_EPOCHS = 2
 
 _TIMEOUT = flags.DEFINE_float("reachability_timeout", 2.0, "Seconds to wait for each task.",

@@ -105,20 +105,15 @@ _MULTI_WORKER = train_config.MULTI_WORKER
 
 
 def _strategy_options() -> dict:
-  name = _STRATEGY.value
-  if name == "mirrored":
-    return {"cross_device_ops": _CROSS_DEVICE_OPS.value}
-  if name == "multi_worker_mirrored":
-    options = {"communication": _COMMUNICATION.value}
-    if _DEVICES_PER_WORKER.value > 1:  # Logical CPUs standing in for each worker's GPUs.
-      options["devices_per_worker"] = _DEVICES_PER_WORKER.value
-    return options
-  if name == "parameter_server":
-    if not _IN_PROCESS.value:
-      return {}
+  traits = choices.strategy(_STRATEGY.value)
+  # The options users choose by name: each is a flag of the same name.
+  options = {option: flags.FLAGS[option].value for option, _ in traits.choices}
+  if traits.kind == choices.COLLECTIVE and _DEVICES_PER_WORKER.value > 1:
+    options["devices_per_worker"] = _DEVICES_PER_WORKER.value  # Each worker's stand-in GPUs.
+  if traits.kind == choices.PARAMETER_SERVER and _IN_PROCESS.value:
     # In the private network, or on the host network that TFDIST_NETWORK=host accepted.
-    return {"in_process": True, "network": "host"}
-  return {}
+    options.update(in_process=True, network="host")
+  return options
 
 
 def _needs_local_cluster() -> bool:
