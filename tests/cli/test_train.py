@@ -45,6 +45,13 @@ def test_each_option_users_choose_by_name_is_a_flag_with_its_values():
       assert f"--{option}: <{'|'.join(values)}>" in result.stdout, (traits.name, option)
 
 
+def test_diloco_s_outer_optimizer_without_sync_every_is_refused_by_name():
+  result = helpers.run(helpers.tfdist_cli("train", "--outer_optimizer=nesterov"), timeout=60)
+  assert result.returncode == 1, result.stdout[-2000:]
+  assert ("flags outer_optimizer=nesterov, sync_every=0: --outer_optimizer is DiLoCo's outer "
+          "step every --sync_every steps, and needs --sync_every.") in result.stdout
+
+
 @pytest.mark.slow
 def test_train_rejects_a_bad_flag():
   result = helpers.run(helpers.tfdist_cli("train", "--strategy=mirorred"), timeout=60)

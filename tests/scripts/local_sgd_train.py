@@ -63,7 +63,7 @@ def adam_fit(library, directory, crash=False):
     model = library.Sequential([library.Input((4,)), library.layers.Dense(3, activation="tanh"),
                                 library.layers.Dense(1)])
     model.compile(optimizer=library.optimizers.Adam(0.01), loss="mse")
-  model = tfdist.training.local_sgd(model, sync_every=3)
+  model = tfdist.training.local_sgd(model, tfdist.training.LocalSGDOptions(3))
 
   class Crash(library.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
@@ -83,10 +83,11 @@ result = {}
 for name, library in (("tf_keras", tfdist.keras), ("keras3", keras)):
   reference = compiled(library, tf.distribute.get_strategy())
   reference.fit(data, epochs=1, verbose=0)
-  synchronous = tfdist.training.local_sgd(compiled(library, strategy), sync_every=1)
+  synchronous = tfdist.training.local_sgd(compiled(library, strategy),
+                                                tfdist.training.LocalSGDOptions(1))
   synchronous.fit(data, epochs=1, verbose=0)
-  diloco = tfdist.training.local_sgd(compiled(library, strategy), sync_every=3,
-                                     outer_optimizer="nesterov")
+  diloco = tfdist.training.local_sgd(compiled(library, strategy), tfdist.training.LocalSGDOptions(
+      3, outer_optimizer="nesterov"))
   diloco.fit(data, epochs=1, verbose=0)  # 4 steps: one past the sync at 3.
   between = digest(local_weights(diloco))
   diloco.fit(data.take(2), epochs=1, verbose=0)  # Steps 5 and 6: a sync.

@@ -19,6 +19,7 @@ import helpers
 import tfdist
 from tfdist.training import checkpoints
 from tfdist.training import loop as loop_lib
+from tfdist.training._local_sgd import LocalSGDOptions as Options
 
 KERASES = helpers.KERASES
 _data = helpers.regression_batches  # 100 examples in batches of 32: the last one has 4.
@@ -65,23 +66,22 @@ def test_every_step_synced_with_sgd_is_synchronous_training():
   reference = _compiled(keras, tf.distribute.get_strategy())
   reference_history = reference.fit(_data(), epochs=2, verbose=0).history
   strategy = tfdist.make_strategy("mirrored")
-  model = tfdist.training.local_sgd(_compiled(keras, strategy), sync_every=1)
+  model = tfdist.training.local_sgd(_compiled(keras, strategy), Options(1))
   history = model.fit(_data(), epochs=2, verbose=0).history
   assert _difference(model.get_weights(), reference.get_weights()) < 1e-5
   np.testing.assert_allclose(history["loss"], reference_history["loss"], rtol=1e-5)
   # The loop, likewise.
   model = _compiled(keras, strategy)
   loop = loop_lib.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
-                       optimizer=model.optimizer, sync_every=1, steps_per_loop=2)
+                       optimizer=model.optimizer, local_sgd=Options(1), steps_per_loop=2)
   loop.fit(_data(), epochs=2, verbose=False)
   assert _difference(model.get_weights(), reference.get_weights()) < 1e-5
   # Every 3 steps: 8 steps end 2 past a sync, the replicas apart; a sync joins them.
-  local = tfdist.training.local_sgd(_compiled(keras, strategy), sync_every=3)
+  local = tfdist.training.local_sgd(_compiled(keras, strategy), Options(3))
   local.fit(_data(), epochs=2, verbose=0)
   assert _replica_spread(strategy, local) > 1e-3
-  diloco = tfdist.training.local_sgd(_compiled(keras, strategy), sync_every=3,
-                                     outer_optimizer="nesterov", outer_learning_rate=1.0,
-                                     outer_momentum=0.0)
+  diloco = tfdist.training.local_sgd(_compiled(keras, strategy), Options(
+      3, outer_optimizer="nesterov", outer_learning_rate=1.0, outer_momentum=0.0))
   diloco.fit(_data(), epochs=2, verbose=0)
   # DiLoCo with outer learning rate 1 and no momentum is local SGD.
   for a, b in zip(local.trainable_variables, diloco.trainable_variables):
@@ -97,8 +97,9 @@ def test_a_resumed_loop_keeps_the_sync_point_and_the_outer_state(tmp_path):
   def loop(directory):  # Plain SGD: the inner optimizer has no per-replica state to lose.
     model = _compiled(keras, strategy)
     return model, loop_lib.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
-                                optimizer=model.optimizer, sync_every=2,
-                                outer_optimizer="nesterov", checkpoint_dir=str(directory))
+                                optimizer=model.optimizer,
+                                local_sgd=Options(2, outer_optimizer="nesterov"),
+                                checkpoint_dir=str(directory))
 
   whole, whole_loop = loop(tmp_path / "whole")
   whole_loop.fit(_data(), epochs=2, verbose=False)
@@ -122,8 +123,8 @@ def test_what_a_fit_backup_saves_holds_the_outer_state(flavour, tmp_path):
   keras, strategy = helpers.keras_of(flavour), tfdist.make_strategy("mirrored")
 
   def diloco():
-    return tfdist.training.local_sgd(_compiled(keras, strategy), sync_every=2,
-                                     outer_optimizer="nesterov")
+    return tfdist.training.local_sgd(_compiled(keras, strategy),
+                                     Options(2, outer_optimizer="nesterov"))
 
   trained = diloco()
   trained.fit(_data(), epochs=1, verbose=0)  # 4 steps: 2 syncs, outer momentum moved.
@@ -165,8 +166,8 @@ def test_fit_stopped_between_syncs_with_adam_resumes_every_replica_as_it_was(fla
   def fit(*interrupt):
     strategy = tfdist.make_strategy("mirrored")
     model = tfdist.training.local_sgd(
-        _compiled(keras, strategy, lambda: keras.optimizers.Adam(0.01)), sync_every=4,
-        outer_optimizer="nesterov")
+        _compiled(keras, strategy, lambda: keras.optimizers.Adam(0.01)),
+        Options(4, outer_optimizer="nesterov"))
     callbacks = [checkpoints.backup_and_restore(str(tmp_path), check_every=1, model=model)]
     # 6 steps an epoch: the epoch's backup (step 6) and SIGTERM's (step 10) fall between syncs.
     model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=3, verbose=0,
@@ -202,7 +203,7 @@ def test_copies_saved_by_more_or_fewer_replicas_are_a_warning_and_change_nothing
 
   def model(replicas):
     adam = lambda: keras.optimizers.Adam(0.01)
-    return tfdist.training.local_sgd(_compiled(keras, strategies[replicas], adam), sync_every=4)
+    return tfdist.training.local_sgd(_compiled(keras, strategies[replicas], adam), Options(4))
 
   for saved, now in ((2, 1), (1, 2)):
     directory = str(tmp_path / f"{saved}-{now}")
@@ -226,7 +227,7 @@ def test_a_loop_resumed_between_syncs_with_momentum_resumes_every_replica_as_it_
   def loop(directory):
     model = _compiled(keras, strategy, lambda: keras.optimizers.SGD(0.1, momentum=0.9))
     return model, loop_lib.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
-                                optimizer=model.optimizer, sync_every=3,
+                                optimizer=model.optimizer, local_sgd=Options(3),
                                 checkpoint_dir=str(directory))
 
   whole, whole_loop = loop(tmp_path / "whole")
@@ -250,7 +251,7 @@ def test_an_outer_optimizer_object_is_diloco_with_that_optimizer(flavour, tmp_pa
     with strategy.scope():  # Keras 3's optimizers belong to the strategy they are made under.
       outer = outer() if callable(outer) else outer
     nesterov = dict(outer_learning_rate=0.5, outer_momentum=0.8) if outer == "nesterov" else {}
-    return tfdist.training.local_sgd(model, sync_every=2, outer_optimizer=outer, **nesterov)
+    return tfdist.training.local_sgd(model, Options(2, outer_optimizer=outer, **nesterov))
 
   def trained(outer):
     model = diloco(outer)
@@ -293,8 +294,7 @@ def test_an_outer_optimizer_object_is_diloco_with_that_optimizer(flavour, tmp_pa
     with pytest.raises(ValueError, match=rf"`{field}` is for outer_optimizer='nesterov'.*"
                                          rf"Received: {field}={value}, outer_optimizer=SGD"):
       with strategy.scope():
-        tfdist.training.local_sgd(_compiled(keras, strategy), sync_every=2,
-                                  outer_optimizer=keras.optimizers.SGD(0.5), **{field: value})
+        Options(2, outer_optimizer=keras.optimizers.SGD(0.5), **{field: value})
 
 
 def test_refusals_name_the_field_and_the_value():
@@ -303,29 +303,40 @@ def test_refusals_name_the_field_and_the_value():
     model = _compiled(keras, tfdist.make_strategy(name))
     with pytest.raises(ValueError, match=r"only multi_worker_mirrored and mirrored keep.*"
                                          r"Received: (OneDevice|CentralStorage)"):
-      tfdist.training.local_sgd(model, sync_every=4)
+      tfdist.training.local_sgd(model, Options(4))
   strategy = tfdist.make_strategy("mirrored")
   model = _compiled(keras, strategy)
   with pytest.raises(ValueError, match=r"`sync_every` must be an integer >= 1.*sync_every=0"):
-    tfdist.training.local_sgd(model, sync_every=0)
+    Options(0)
+  with pytest.raises(ValueError, match=r"`sync_every` must be an integer >= 1.*sync_every=2.0"):
+    Options(2.0)
   with pytest.raises(ValueError, match=r"`outer_optimizer` must be one of.*'adam'"):
-    tfdist.training.local_sgd(model, sync_every=2, outer_optimizer="adam")
+    Options(2, outer_optimizer="adam")
+  with pytest.raises(ValueError, match=r"`outer_learning_rate` must be > 0.*=0.0"):
+    Options(2, outer_optimizer="nesterov", outer_learning_rate=0.0)
+  with pytest.raises(ValueError, match=r"`outer_momentum` must be in \[0, 1\).*=1.0"):
+    Options(2, outer_optimizer="nesterov", outer_momentum=1.0)
+  # The options are one value, not its fields: the old keyword call is named.
+  with pytest.raises(TypeError, match=r"LocalSGDOptions\(sync_every=H, \.\.\.\)\. "
+                                      r"Received: 4"):
+    tfdist.training.local_sgd(model, 4)
   tfdist.training.accumulate(model, steps=2)
   with pytest.raises(ValueError, match=r"do not combine.*accumulate_steps=2, sync_every=4"):
-    tfdist.training.local_sgd(model, sync_every=4)
+    tfdist.training.local_sgd(model, Options(4))
   with pytest.raises(ValueError, match=r"do not combine.*accumulate_steps=2, sync_every=4"):
     loop_lib.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
-                  optimizer=model.optimizer, accumulate_steps=2, sync_every=4)
+                  optimizer=model.optimizer, accumulate_steps=2, local_sgd=Options(4))
   scaled = _compiled(keras, strategy, keras.mixed_precision.LossScaleOptimizer(
       keras.optimizers.SGD(0.1)))
   with pytest.raises(ValueError, match=r"LossScaleOptimizer.*Received: LossScaleOptimizer"):
-    tfdist.training.local_sgd(scaled, sync_every=4)
+    tfdist.training.local_sgd(scaled, Options(4))
   from tfdist.training import config
-  with pytest.raises(ValueError, match=r"`sync_every`.*Received: strategy='parameter_server'"):
-    config.TrainConfig(strategy="parameter_server", sync_every=4)
-  with pytest.raises(ValueError, match=r"`outer_optimizer`.*needs `sync_every`.*"
-                                       r"outer_optimizer='nesterov'"):
-    config.TrainConfig(strategy="multi_worker_mirrored", outer_optimizer="nesterov")
+  with pytest.raises(ValueError, match=r"`local_sgd`.*Received: strategy='parameter_server', "
+                                       r"sync_every=4"):
+    config.TrainConfig(strategy="parameter_server", local_sgd=Options(4))
+  with pytest.raises(TypeError, match=r"`local_sgd` takes.*Received: local_sgd=4"):
+    config.TrainConfig(strategy="multi_worker_mirrored", local_sgd=4)
+  # tests/cli/test_train.py: --outer_optimizer without --sync_every is refused by flag.
 
 
 @pytest.mark.slow

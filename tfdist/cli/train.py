@@ -18,6 +18,7 @@ from tfdist import _variables as variables
 from tfdist import cluster as cluster_lib
 from tfdist import _choices as choices
 from tfdist import _keras_support as keras_support
+from tfdist.training import _local_sgd as local_sgd_lib
 from tfdist.training import precision
 from tfdist.cli import self_launch
 from tfdist.training import config as train_config
@@ -61,13 +62,15 @@ _SYNC_EVERY = flags.DEFINE_integer(
     "own gradients, and the weights are averaged every this many steps; 0: every step "
     "all-reduces the gradients.", lower_bound=0)
 _OUTER_OPTIMIZER = flags.DEFINE_enum(
-    "outer_optimizer", "none", ["none", "nesterov"], "With --sync_every: none (local SGD: "
+    "outer_optimizer", "none", list(local_sgd_lib.OUTER_OPTIMIZERS), "With --sync_every: none (local SGD: "
     "average the weights) or nesterov (DiLoCo: the averaged change since the last sync "
     "applied by SGD with Nesterov momentum).")
-_OUTER_LEARNING_RATE = flags.DEFINE_float("outer_learning_rate", 0.7, "DiLoCo's outer "
-                                          "learning rate.", lower_bound=0)
-_OUTER_MOMENTUM = flags.DEFINE_float("outer_momentum", 0.9, "DiLoCo's outer Nesterov "
-                                     "momentum.", lower_bound=0, upper_bound=1)
+_OUTER_LEARNING_RATE = flags.DEFINE_float(
+    "outer_learning_rate", local_sgd_lib.OUTER_LEARNING_RATE, "DiLoCo's outer learning rate.",
+    lower_bound=0)
+_OUTER_MOMENTUM = flags.DEFINE_float("outer_momentum", local_sgd_lib.OUTER_MOMENTUM,
+                                     "DiLoCo's outer Nesterov momentum.", lower_bound=0,
+                                     upper_bound=1)
 _PRECISION = flags.DEFINE_enum(
     "precision", "float32", list(precision.POLICIES), "Keras dtype policy: mixed ones compute "
     "in 16 bits and keep float32 variables (mixed_float16 adds loss scaling).")
@@ -114,6 +117,20 @@ def _strategy_options() -> dict:
     # In the private network, or on the host network that TFDIST_NETWORK=host accepted.
     options.update(in_process=True, network="host")
   return options
+
+
+@flags.multi_flags_validator(["outer_optimizer", "sync_every"], "--outer_optimizer is "
+                             "DiLoCo's outer step every --sync_every steps, and needs "
+                             "--sync_every.")
+def _outer_needs_sync_every(values):
+  return values["outer_optimizer"] == "none" or values["sync_every"] > 0
+
+
+def _local_sgd_options():
+  if not _SYNC_EVERY.value:
+    return None
+  return local_sgd_lib.LocalSGDOptions(_SYNC_EVERY.value, _OUTER_OPTIMIZER.value,
+                                       _OUTER_LEARNING_RATE.value, _OUTER_MOMENTUM.value)
 
 
 def _needs_local_cluster() -> bool:
@@ -194,9 +211,7 @@ def main(argv):
         tensorboard_dir=_TENSORBOARD_DIR.value, export_dir=_EXPORT_DIR.value,
         evaluator=_EVALUATOR.value, precision=_PRECISION.value,
         compress_gradients=_COMPRESS_GRADIENTS.value, accumulate_steps=_ACCUMULATE_STEPS.value,
-        sync_every=_SYNC_EVERY.value, outer_optimizer=_OUTER_OPTIMIZER.value,
-        outer_learning_rate=_OUTER_LEARNING_RATE.value, outer_momentum=_OUTER_MOMENTUM.value,
-        keras=keras)
+        local_sgd=_local_sgd_options(), keras=keras)
   except ValueError as e:
     print(f"tfdist train: {e}", file=sys.stderr)
     return 2

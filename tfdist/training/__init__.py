@@ -5,7 +5,8 @@
 - `loop`: a custom training loop, one runner per kind of strategy (`Loop`).
 - `fit_step`: Keras `fit`'s step with one all-reduce of the gradients.
 - `accumulation`: exact gradient accumulation (`accumulate`, `accumulated_gradients`).
-- `local_sgd`, `LocalSGD`: local SGD and DiLoCo, the replicas averaged every H steps.
+- `local_sgd`, `LocalSGD`, `LocalSGDOptions`: local SGD and DiLoCo, the replicas averaged
+  every H steps.
 - `verification`: does a model train the same under a strategy as on one device (`verify`).
 - `checkpoints`: saving once (the chief), backup and resume, SIGTERM backups.
 - `preemption`: when a running job checks for SIGTERM, and what the workers agree.
@@ -29,7 +30,8 @@ _SUBMODULES = ("accumulation", "checkpoints", "compression", "config", "fit_step
                "sparsification", "timing", "verification")
 # Public functions -> their module, loaded on first use as the submodules are.
 _FUNCTIONS = {"accumulate": "accumulation", "accumulated_gradients": "accumulation",
-              "verify": "verification", "local_sgd": "_local_sgd", "LocalSGD": "_local_sgd"}
+              "verify": "verification", "local_sgd": "_local_sgd", "LocalSGD": "_local_sgd",
+              "LocalSGDOptions": "_local_sgd"}
 __all__ = list(_SUBMODULES) + list(_FUNCTIONS) + ["step_done"]
 
 

@@ -13,7 +13,7 @@ Nesterov momentum (the paper's outer learning rate 0.7, momentum 0.9), which
 moves the weights of the last sync; every replica starts again from there.
 
 The outer optimizer may also be a Keras optimizer object of the model's Keras
-(`outer_optimizer=keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True)`),
+(`LocalSGDOptions(H, outer_optimizer=keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True))`),
 which steps the weights of the last sync on the pseudo-gradient.
 
 What each replica keeps for itself, as both methods say: its inner
@@ -41,13 +41,15 @@ Example:
     >>> with strategy.scope():                       # multi_worker_mirrored
     ...   model = make_model()
     ...   model.compile(optimizer="adam", loss="mse")
-    >>> tfdist.training.local_sgd(model, sync_every=16, outer_optimizer="nesterov")
+    >>> options = tfdist.training.LocalSGDOptions(sync_every=16, outer_optimizer="nesterov")
+    >>> tfdist.training.local_sgd(model, options)
     >>> model.fit(dataset, epochs=3)                # one average every 16 steps
 """
 
+import dataclasses
 import logging
 import types
-from typing import Optional
+from typing import Any, Optional
 
 from tfdist import _keras_support as keras_support
 from tfdist.training import _replica_copies as replica_copies
@@ -70,8 +72,7 @@ def of(model) -> Optional["LocalSGD"]:
   return vars(model).get(ATTRIBUTE)
 
 
-def check_options(sync_every, outer_optimizer, outer_learning_rate=OUTER_LEARNING_RATE,
-                  outer_momentum=OUTER_MOMENTUM) -> str:
+def _check_options(sync_every, outer_optimizer, outer_learning_rate, outer_momentum) -> str:
   """The outer optimizer's kind ("none", "nesterov" or "optimizer", an object); a ValueError naming a bad field."""
   if isinstance(sync_every, bool) or not isinstance(sync_every, int) or sync_every < 1:
     raise ValueError("`sync_every` must be an integer >= 1 (local steps between averages). "
@@ -103,6 +104,51 @@ def check_options(sync_every, outer_optimizer, outer_learning_rate=OUTER_LEARNIN
   return name
 
 
+@dataclasses.dataclass(frozen=True)
+class LocalSGDOptions:
+  """Local SGD's and DiLoCo's options: one value, checked when it is made.
+
+  `tfdist.training.local_sgd`, `LocalSGD`, the Loop (`local_sgd=`) and the
+  training job (`TrainConfig(local_sgd=)`) take it; `tfdist train` makes one
+  from `--sync_every` and the `--outer_*` flags.
+
+  Attributes:
+    sync_every: local steps between averages (H >= 1).
+    outer_optimizer: "none" or None (local SGD: average the weights),
+      "nesterov" (DiLoCo: the mean change since the last sync applied by SGD
+      with Nesterov momentum), or a new Keras optimizer of the model's Keras,
+      e.g. `keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True)` (DiLoCo
+      with it; its state is saved with the model's optimizer). An optimizer
+      must not be built yet, and a Keras 3 one must be made in the
+      strategy's scope.
+    outer_learning_rate, outer_momentum: the "nesterov" outer SGD's (DiLoCo's
+      0.7 and 0.9); refused beside an optimizer object, which has its own.
+
+  Raises:
+    ValueError: a bad field, named with what was received.
+
+  Example:
+
+      >>> LocalSGDOptions(sync_every=16, outer_optimizer="nesterov")
+  """
+
+  sync_every: int
+  outer_optimizer: Any = "none"
+  outer_learning_rate: float = OUTER_LEARNING_RATE
+  outer_momentum: float = OUTER_MOMENTUM
+
+  def __post_init__(self):
+    if self.outer_optimizer is None:
+      object.__setattr__(self, "outer_optimizer", "none")
+    _check_options(self.sync_every, self.outer_optimizer, self.outer_learning_rate,
+                   self.outer_momentum)
+
+  @property
+  def outer_kind(self) -> str:
+    """"none", "nesterov", or "optimizer" for an optimizer object."""
+    return self.outer_optimizer if isinstance(self.outer_optimizer, str) else "optimizer"
+
+
 def check_strategy(strategy) -> None:
   """A ValueError unless `strategy` keeps one copy of the weights per replica."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -131,27 +177,21 @@ class LocalSGD:
     strategy: a mirrored or multi-worker mirrored strategy.
     variables: the trainable variables, as the optimizer is given them.
     optimizer: the inner optimizer (either Keras); not a LossScaleOptimizer.
-    sync_every: local steps between averages (H).
-    outer_optimizer: "none" (local SGD: average the weights), "nesterov"
-      (DiLoCo), or a new Keras optimizer of the model's Keras (DiLoCo with
-      that outer optimizer; Keras 3's made in the strategy's scope).
-    outer_learning_rate, outer_momentum: the "nesterov" outer SGD's (an
-      optimizer object has its own: given with one, they are refused).
+    options: a `LocalSGDOptions`: how often to sync, and with what.
 
   Example:
 
-      >>> state = LocalSGD(strategy, model.trainable_variables, optimizer, sync_every=8)
+      >>> state = LocalSGD(strategy, model.trainable_variables, optimizer,
+      ...                  LocalSGDOptions(sync_every=8))
       >>> # in your train_step: state.apply_local(grads, model.trainable_variables)
       >>> # after each step, outside tf.function: state.steps_done()
   """
 
-  def __init__(self, strategy, variables, optimizer, *, sync_every: int,
-               outer_optimizer=None,
-               outer_learning_rate: float = OUTER_LEARNING_RATE,
-               outer_momentum: float = OUTER_MOMENTUM):
+  def __init__(self, strategy, variables, optimizer, options: LocalSGDOptions):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    self.outer_optimizer = check_options(sync_every, outer_optimizer, outer_learning_rate,
-                                         outer_momentum)
+    check_is_options(options)
+    self.options = options
+    self.outer_optimizer = options.outer_kind
     check_strategy(strategy)
     if hasattr(optimizer, "inner_optimizer"):
       raise ValueError("Local SGD takes the optimizer's own steps, and a LossScaleOptimizer "
@@ -159,11 +199,12 @@ class LocalSGD:
                        "float32 or mixed_bfloat16. Received: "
                        f"{type(optimizer).__name__}")
     self.strategy, self.optimizer = strategy, optimizer
-    self.sync_every = sync_every
-    self.outer_learning_rate, self.outer_momentum = outer_learning_rate, outer_momentum
+    self.sync_every = options.sync_every
+    self.outer_learning_rate, self.outer_momentum = (options.outer_learning_rate,
+                                                     options.outer_momentum)
     self._keras3 = keras_support.is_keras3_model(optimizer)
     # The outer optimizer object, if one was given.
-    self.outer = outer_optimizer if self.outer_optimizer == "optimizer" else None
+    self.outer = options.outer_optimizer if self.outer_optimizer == "optimizer" else None
     if self.outer is not None:
       self._check_outer()
     self._variables = list(variables)
@@ -385,16 +426,22 @@ class LocalSGD:
     replica_copies.remove(self.strategy, directory)
 
 
-def local_sgd(model, sync_every: int, *, outer_optimizer=None,
-              outer_learning_rate: float = OUTER_LEARNING_RATE,
-              outer_momentum: float = OUTER_MOMENTUM):
+def check_is_options(options) -> None:
+  """A TypeError unless `options` is a LocalSGDOptions."""
+  if not isinstance(options, LocalSGDOptions):
+    raise TypeError("Local SGD takes its options as one value: "
+                    "tfdist.training.LocalSGDOptions(sync_every=H, ...). "
+                    f"Received: {options!r}")
+
+
+def local_sgd(model, options: LocalSGDOptions):
   """Makes `model.fit` train each replica alone and average every `sync_every` steps.
 
   Call it after `compile`, in the strategy's scope or on a model built in it,
   under multi_worker_mirrored (or mirrored). Each replica applies the
   gradient of its own share of every batch with the compiled optimizer
   (whose state stays its own); every `sync_every` steps the replicas'
-  weights are averaged (`outer_optimizer=None`, local SGD), or their mean
+  weights are averaged (`outer_optimizer="none"`, local SGD), or their mean
   change since the last sync is applied by DiLoCo's outer SGD with Nesterov
   momentum (`"nesterov"`), or by the Keras optimizer given. The sync counts
   the optimizer's `iterations`, so it survives a backup and a restart; with
@@ -407,40 +454,34 @@ def local_sgd(model, sync_every: int, *, outer_optimizer=None,
 
   Args:
     model: a compiled Keras model (either Keras) with Keras's own `train_step`.
-    sync_every: local steps between averages (H >= 1).
-    outer_optimizer: None or "none" (local SGD), "nesterov" (DiLoCo), or a
-      new Keras optimizer of the model's Keras, e.g.
-      `keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True)` (DiLoCo with
-      that outer optimizer; its state is saved with the model's optimizer).
-      It must not be built yet (local_sgd builds it); a Keras 3 one must be
-      made in the strategy's scope.
-    outer_learning_rate, outer_momentum: the "nesterov" outer SGD's (0.7, 0.9);
-      refused beside an optimizer object, which has its own.
+    options: a `LocalSGDOptions`: `sync_every` and the outer optimizer.
 
   Returns:
     `model`.
 
   Raises:
-    ValueError: a bad option; a strategy without one copy of the weights per
-      replica (one device, central storage, parameter servers); an
-      uncompiled model; gradient accumulation or a LossScaleOptimizer; an
-      outer optimizer of the other Keras, built already, or a Keras 3 one
-      made outside the strategy's scope; `outer_learning_rate` or
-      `outer_momentum` beside an outer optimizer object.
-    TypeError: the model has a `train_step` of its own.
+    ValueError: a strategy without one copy of the weights per replica (one
+      device, central storage, parameter servers); an uncompiled model;
+      gradient accumulation or a LossScaleOptimizer; an outer optimizer of
+      the other Keras, built already, or a Keras 3 one made outside the
+      strategy's scope.
+    TypeError: the model has a `train_step` of its own; `options` is not a
+      `LocalSGDOptions`.
 
   Example:
 
       >>> model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
-      >>> tfdist.training.local_sgd(model, sync_every=4).fit(dataset, epochs=2)
+      >>> LocalSGDOptions = tfdist.training.LocalSGDOptions
+      >>> tfdist.training.local_sgd(model, LocalSGDOptions(4)).fit(dataset, epochs=2)
       >>> with strategy.scope():
       ...   outer = keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True)
-      >>> tfdist.training.local_sgd(other_model, sync_every=16, outer_optimizer=outer)
+      >>> tfdist.training.local_sgd(other_model, LocalSGDOptions(16, outer_optimizer=outer))
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tfdist.internals import keras as keras_internals  # pylint: disable=g-import-not-at-top
   from tfdist.training import accumulation  # pylint: disable=g-import-not-at-top
-  check_options(sync_every, outer_optimizer, outer_learning_rate, outer_momentum)
+  check_is_options(options)
+  sync_every = options.sync_every
   if getattr(model, "optimizer", None) is None:
     raise ValueError("local_sgd needs a compiled model: call `model.compile(...)` first. "
                      f"Received: {type(model).__name__} without an optimizer")
@@ -458,9 +499,7 @@ def local_sgd(model, sync_every: int, *, outer_optimizer=None,
                     f"{type(model).__name__}.train_step")
   strategy = (keras_internals.distribute_strategy(model) if keras_support.is_keras3_model(model)
               else model.distribute_strategy) or tf.distribute.get_strategy()
-  state = LocalSGD(strategy, model.trainable_variables, model.optimizer,
-                   sync_every=sync_every, outer_optimizer=outer_optimizer,
-                   outer_learning_rate=outer_learning_rate, outer_momentum=outer_momentum)
+  state = LocalSGD(strategy, model.trainable_variables, model.optimizer, options)
   # Under multi-worker MWMS each worker logs its own tf_keras metrics, taken as they are
   # ("first"): no collective per step but the syncs.
   state.local_logs = not keras_support.is_keras3_model(model) and \

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Optional
 
 from tfdist import _choices as choices
 from tfdist import _keras_support as keras_support
-from tfdist.training import _local_sgd as local_sgd
+from tfdist.training import _local_sgd as local_sgd_lib
 
 # The strategies whose cluster can have an evaluator task beside it.
 MULTI_WORKER = tuple(s.name for s in choices.STRATEGIES if s.takes_cluster)
@@ -52,12 +52,9 @@ class TrainConfig:
   compress_gradients: bool = False  # All-reduce in float16 (tfdist.training.compression).
   # Each global batch computed in this many micro-batches, one update (tfdist.training.accumulation).
   accumulate_steps: int = 1
-  # Local SGD: each replica steps alone, the weights averaged every this many
-  # steps (tfdist.training.local_sgd); 0: every step synchronous.
-  sync_every: int = 0
-  outer_optimizer: str = "none"  # "nesterov": DiLoCo's outer SGD on the averaged change.
-  outer_learning_rate: float = 0.7
-  outer_momentum: float = 0.9
+  # Local SGD or DiLoCo (tfdist.training.LocalSGDOptions): each replica steps alone,
+  # the weights averaged every `sync_every` steps; None: every step synchronous.
+  local_sgd: Optional[local_sgd_lib.LocalSGDOptions] = None
   precision: str = "float32"  # Or mixed_bfloat16, mixed_float16 (see tfdist.training.precision).
   # The Keras of the default model, "tf_keras" or "keras3"; a model_fn's model
   # is trained with its own Keras, whichever it is.
@@ -81,28 +78,26 @@ class TrainConfig:
           "compress_gradients=True")
 
   def _check_local_sgd(self):
-    if not self.sync_every:
-      if self.outer_optimizer != "none":
-        raise ValueError("`outer_optimizer` is DiLoCo's outer step every `sync_every` steps, "
-                         "and needs `sync_every`. Received: "
-                         f"outer_optimizer={self.outer_optimizer!r}, sync_every=0")
+    if self.local_sgd is None:
       return
-    local_sgd.check_options(self.sync_every, self.outer_optimizer, self.outer_learning_rate,
-                            self.outer_momentum)
+    if not isinstance(self.local_sgd, local_sgd_lib.LocalSGDOptions):
+      raise TypeError("`local_sgd` takes tfdist.training.LocalSGDOptions(sync_every=H, ...). "
+                      f"Received: local_sgd={self.local_sgd!r}")
+    sync_every = self.local_sgd.sync_every
     if self.strategy not in LOCAL_SGD_STRATEGIES:
       raise ValueError(
-          "`sync_every` (local SGD, DiLoCo) averages the replicas' own copies of the weights, "
+          "`local_sgd` (local SGD, DiLoCo) averages the replicas' own copies of the weights, "
           f"which only {' and '.join(LOCAL_SGD_STRATEGIES)} keep: use one of them or drop "
-          f"sync_every. Received: strategy={self.strategy!r}, sync_every={self.sync_every}")
+          f"local_sgd. Received: strategy={self.strategy!r}, sync_every={sync_every}")
     clash = {"accumulate_steps": self.accumulate_steps > 1,
              "compress_gradients": self.compress_gradients,
              "precision": self.precision == "mixed_float16"}
     for field, clashes in clash.items():
       if clashes:
         raise ValueError(
-            f"`sync_every` (local SGD: each replica applies its own gradients) does not combine "
+            f"`local_sgd` (each replica applies its own gradients) does not combine "
             f"with `{field}` (accumulation takes one update over every replica's batch; there "
             "is no gradient all-reduce to compress; mixed_float16's loss scale skips steps "
             "together). Drop one. Received: "
-            f"{field}={getattr(self, field)!r}, sync_every={self.sync_every}")
+            f"{field}={getattr(self, field)!r}, sync_every={sync_every}")
 

@@ -230,10 +230,8 @@ def _build(config: TrainConfig, strategy, model_fn, steps_per_epoch: int):
       compression.compress_gradients(model.optimizer)
     if config.accumulate_steps > 1:  # Before synchronise_once, which then keeps this step.
       accumulation.accumulate(model, config.accumulate_steps)
-    if config.sync_every:  # Local SGD or DiLoCo; synchronise_once then keeps this step.
-      local_sgd.local_sgd(model, config.sync_every, outer_optimizer=config.outer_optimizer,
-                          outer_learning_rate=config.outer_learning_rate,
-                          outer_momentum=config.outer_momentum)
+    if config.local_sgd:  # Local SGD or DiLoCo; synchronise_once then keeps this step.
+      local_sgd.local_sgd(model, config.local_sgd)
     if flavour == keras_support.TF_KERAS:
       fit_step.synchronise_once(model, strategy)
   return model, keras, compiled_here

@@ -111,17 +111,13 @@ class Loop:
       many micro-batches and updates once, with the gradient of the whole
       global batch (`tfdist.training.accumulation`); batch the data by the
       global batch of one update.
-    sync_every: local SGD under (multi-worker) mirrored strategies: each
-      replica applies its own gradients and the replicas average their
-      weights every this many steps (`tfdist.training.local_sgd`); None:
-      every step is synchronous.
-    outer_optimizer: with `sync_every`, None (local SGD), "nesterov"
-      (DiLoCo: the mean change since the last sync applied by SGD with
-      Nesterov momentum, with `outer_learning_rate` and `outer_momentum`),
-      or a new Keras optimizer of the model's Keras made in the strategy's
-      scope (DiLoCo with it). The checkpoint keeps the outer state, and each
-      task writes its replicas' own weights and optimizer state beside it, so
-      a resumed loop goes on exactly.
+    local_sgd: a `tfdist.training.LocalSGDOptions`, under (multi-worker)
+      mirrored strategies: each replica applies its own gradients and the
+      replicas average their weights (local SGD), or step them by an outer
+      optimizer (DiLoCo), every `sync_every` steps; None: every step is
+      synchronous. The checkpoint keeps the outer state, and each task
+      writes its replicas' own weights and optimizer state beside it, so a
+      resumed loop goes on exactly.
   """
 
   # Whether the runner's steps call `_check_sigterm` (the parameter-server
@@ -142,10 +138,8 @@ class Loop:
                step_fn: Optional[StepFn] = None, steps_per_loop: int = 1,
                checkpoint_dir: Optional[str] = None, checkpoint_every: Optional[int] = None,
                checkpointed: Optional[Mapping[str, object]] = None,
-               accumulate_steps: int = 1, sync_every: Optional[int] = None,
-               outer_optimizer=None,
-               outer_learning_rate: float = local_sgd_lib.OUTER_LEARNING_RATE,
-               outer_momentum: float = local_sgd_lib.OUTER_MOMENTUM):
+               accumulate_steps: int = 1,
+               local_sgd: Optional[local_sgd_lib.LocalSGDOptions] = None):
     if step_fn is None and (loss is None or optimizer is None):
       raise ValueError("Loop needs `loss` and `optimizer` for its default step, or a "
                        f"`step_fn`. Received: loss={loss!r}, optimizer={optimizer!r}")
@@ -170,28 +164,23 @@ class Loop:
       raise ValueError("`accumulate_steps` applies to the default step; a `step_fn` of your "
                        "own accumulates with tfdist.training.accumulated_gradients. Received: "
                        f"step_fn={step_fn!r}, accumulate_steps={accumulate_steps}")
-    if sync_every is not None:
-      local_sgd_lib.check_options(sync_every, outer_optimizer, outer_learning_rate,
-                                  outer_momentum)
+    if local_sgd is not None:
+      local_sgd_lib.check_is_options(local_sgd)
       if step_fn is not None or accumulate_steps > 1:
         raise ValueError(
-            "`sync_every` applies to the default step, and local SGD and gradient accumulation "
+            "`local_sgd` applies to the default step, and local SGD and gradient accumulation "
             "do not combine (a local step applies one replica's own batch); a `step_fn` of "
             "your own calls LocalSGD.apply_local. Received: "
-            f"step_fn={step_fn!r}, accumulate_steps={accumulate_steps}, sync_every={sync_every}")
-    elif outer_optimizer not in (None, "none"):
-      raise ValueError("`outer_optimizer` is DiLoCo's, and needs `sync_every`. Received: "
-                       f"outer_optimizer={outer_optimizer!r}, sync_every=None")
+            f"step_fn={step_fn!r}, accumulate_steps={accumulate_steps}, "
+            f"sync_every={local_sgd.sync_every}")
     self._keras3 = keras_support.is_keras3_model(model)
     self._prepare_keras()
     with strategy.scope():
       if optimizer is not None and hasattr(optimizer, "build"):
         optimizer.build(self.trainable_variables)  # Slots on the right devices.
       # Local SGD's outer state: the optimizer's variables, in its checkpoint.
-      self.local_sgd = None if sync_every is None else local_sgd_lib.LocalSGD(
-          strategy, self.trainable_variables, optimizer, sync_every=sync_every,
-          outer_optimizer=outer_optimizer, outer_learning_rate=outer_learning_rate,
-          outer_momentum=outer_momentum)
+      self.local_sgd = None if local_sgd is None else local_sgd_lib.LocalSGD(
+          strategy, self.trainable_variables, optimizer, local_sgd)
       self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="loop_step")
       self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="loop_epoch")
       # Where the input stands in the current `fit` call: the iterators made
