@@ -6,11 +6,11 @@ Where the tasks share no folder (`tfdist task` in Kubernetes pods), each
 task hands its row of step times, once a second and at each epoch's end, to
 a thread of its own that publishes it in TensorFlow's coordination service (a
 delete and an insert on the service's leader), and the chief reads every
-other task's row at each epoch's end (`tfdist.progress`,
+other task's row at each epoch's end (`tfdist.task.progress`,
 `TFDIST_STEPS_PUBLISHED`). This starts a 2-worker MultiWorkerMirroredStrategy
 on loopback, in a private network namespace, as two processes, twice: with the
 rows published, and without (each task's row only in its own progress
-directory). In each, worker 1 calls `tfdist.progress.epoch_end()` `--calls`
+directory). In each, worker 1 calls `tfdist.task.progress.epoch_end()` `--calls`
 times (its row written, and handed to the publisher), then worker 0, the
 chief, does (its row written, and worker 1's read). Prints the median and p95
 wall milliseconds of a call, with and without, the share of a second that
@@ -34,7 +34,7 @@ _TASK = flags.DEFINE_integer("task", None, "Internal: run as this worker of the 
 
 def _task(index: int, calls: int) -> None:
   import tensorflow as tf
-  from tfdist import progress
+  from tfdist.task import progress
 
   assert progress.install_from_env()
   strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -60,7 +60,7 @@ def _task(index: int, calls: int) -> None:
 def _job(calls: int, published: bool):
   """(worker 1's, worker 0's) seconds per epoch end, in a job of two processes."""
   import tfdist
-  from tfdist import progress
+  from tfdist.task import progress
   from tfdist.launch import private_network
   spec = tfdist.ClusterSpec.local(2)
   processes = []

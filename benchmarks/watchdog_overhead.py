@@ -6,7 +6,7 @@ Fits the default job's CNN (`tfdist train`'s small_cnn) on the embedded digits
 with tf_keras under one device, batch 64, `--steps` steps per run, alternating
 runs without and with what a launched task adds to every `fit`: the callback
 that writes each step to the progress file and times it, and the input's last
-step that notes when each batch leaves the pipeline (`tfdist.progress`,
+step that notes when each batch leaves the pipeline (`tfdist.task.progress`,
 installed into a temporary directory as the launcher's task site does), and
 the callback alone (`TFDIST_INPUT_WAIT=0`: step times, no input wait). Prints
 the median CPU and wall milliseconds per step of each, and their ratio (with
@@ -32,7 +32,7 @@ def main(argv):
   del argv
   import tensorflow as tf
   from tfdist import keras
-  from tfdist import progress
+  from tfdist.task import progress
   from tfdist.data import digits
   from tfdist.launch import watchdog
   from tfdist.training import job

@@ -38,7 +38,7 @@ HEAVIEST_FIRST = (
     "test_notebooks.py", "test_docs.py", "launch/test_local.py",
     "launch/test_slurm_launcher.py", "cli/test_compare.py", "launch/test_watchdog.py",
     "cli/test_train.py", "training/test_local_sgd.py", "benchmarks/test_chaos_benchmark.py",
-    "launch/test_task_keras.py", "launch/test_jobset.py", "strategies/test_fingerprint.py",
+    "task/test_task_keras.py", "launch/test_jobset.py", "strategies/test_fingerprint.py",
     "training/test_saved_model.py",
 )
 

@@ -4,7 +4,7 @@ There is no Kubernetes API server here. `Rehearsal(docs).start()` runs this
 file as a program inside a new user, network and mount namespace: loopback
 only, and its own /etc/hosts (bind-mounted) where every pod's host name
 (`<jobset>-<job>-0-<i>.<subdomain>`) resolves to a loopback address of its
-own. It then starts each pod's command (`tfdist.launch._jobset.pods`: the
+own. It then starts each pod's command (`tfdist.launch.kubernetes._jobset.pods`: the
 environment its downward API and Job controller give it) and plays the JobSet
 controller: a pod with `restartPolicy: OnFailure` restarts in place; any
 other pod's failure fails its Job, and the failure policy restarts every pod
@@ -33,7 +33,7 @@ class Rehearsal:
   """The rehearsing process: `start(...)`, read `process.stdout`, `kill(host)`, `finish()`."""
 
   def __init__(self, docs, *, success_jobs=()):
-    from tfdist.launch import _jobset as jobset  # pylint: disable=import-outside-toplevel
+    from tfdist.launch.kubernetes import _jobset as jobset  # pylint: disable=import-outside-toplevel
     spec = next(d for d in docs if d["kind"] in ("JobSet", "ClusterTrainingRuntime"))["spec"]
     spec = spec.get("template", {}).get("spec", spec)  # A runtime's JobSet template.
     self.plan = {"pods": jobset.pods(docs), "success_jobs": list(success_jobs),

@@ -194,7 +194,7 @@ STRATEGY_LITERALS = {
     "tfdist.advice._advice": 8, "tfdist.advice._candidates": 3, "tfdist.advice.decision": 10,
     "tfdist.cli.bench": 4, "tfdist.cli.compare": 3,
     "tfdist.cli.launch": 1, "tfdist.cli.scale": 1, "tfdist.cli.train": 1,
-    "tfdist.cli.verify": 1, "tfdist.launch._kubernetes": 6, "tfdist.training.config": 1,
+    "tfdist.cli.verify": 1, "tfdist.launch.kubernetes._manifests": 6, "tfdist.training.config": 1,
     "tfdist.training.loop": 1, "tfdist.training.verification": 1,
 }
 
@@ -353,8 +353,11 @@ LAYERS = (
     # ways and workers; the lab never imports the product.
     ("_lab",),
     ("_doctor", "training"),
-    ("launch", "strategies", "data"),
-    ("_keras_support", "devices", "placement", "cluster", "_folders", "progress", "_step_times"),
+    ("launch",),
+    # The task side (tfdist.task) runs inside the tasks the launchers start; its
+    # progress rows are what strategies, data and training report to.
+    ("strategies", "data", "task"),
+    ("_keras_support", "devices", "placement", "cluster", "_folders"),
     ("internals", "output", "_registry", "_choices", "_stack", "_variables"),
 )
 
@@ -414,7 +417,7 @@ def test_every_override_of_a_private_tf_or_keras_method_is_in_the_inventory():
   import importlib  # pylint: disable=import-outside-toplevel
   found = set()
   for module, _, source in _sources():
-    if module.startswith(("tfdist.cli", "tfdist.launch.task_site")) or module.endswith("__main__"):
+    if module.startswith(("tfdist.cli", "tfdist.task.site")) or module.endswith("__main__"):
       continue  # Mains define flags on import; the task site runs in tasks.
     namespace = vars(importlib.import_module(module))
     # Every class statement, module-level or built inside a function (a class made
@@ -436,7 +439,7 @@ def test_every_override_of_a_private_tf_or_keras_method_is_in_the_inventory():
 
 def test_no_library_code_starts_a_module_of_the_cli():
   # A process that a library package starts runs that package's own main
-  # (`python -m tfdist.launch._ray_task`); cli/ holds the commands users type.
+  # (`python -m tfdist.launch.ray._task`); cli/ holds the commands users type.
   offences = [f"{path}:{node.lineno}: {node.value}" for module, path, source in _sources()
               if not module.startswith("tfdist.cli")
               for node in ast.walk(ast.parse(source))
@@ -448,9 +451,9 @@ def test_no_library_code_starts_a_module_of_the_cli():
 # Library code that still writes `python -m tfdist <command>`: only into what runs on other
 # machines, the manifests' pods and the sbatch script's steps (`tfdist task`, `tfdist
 # data_service`), commands users also type in their own images. What the library starts
-# itself runs a library module (`tfdist.launch._task`, `_serve_data_service`, `_ray_task`).
+# itself runs a library module (`tfdist.launch._task`, `_serve_data_service`, `ray._task`).
 # It only shrinks.
-RUNS_A_MAIN = {"tfdist.launch._kubernetes": 2, "tfdist.launch._slurm": 3}
+RUNS_A_MAIN = {"tfdist.launch.kubernetes._manifests": 2, "tfdist.launch.slurm._launcher": 3}
 
 
 def test_library_code_runs_no_tfdist_command_beyond_its_inventory():
@@ -484,7 +487,7 @@ def test_a_module_is_public_or_visibly_private():
   import pkgutil
   import tfdist
   # The command's mains, the lab and the private TF/Keras code are private by their package's name.
-  private_packages = ("tfdist._lab", "tfdist.cli", "tfdist.internals", "tfdist.launch.task_site")
+  private_packages = ("tfdist._lab", "tfdist.cli", "tfdist.internals", "tfdist.task.site")
   public_modules = {module for module, attribute in tfdist._EXPORTS.values() if attribute is None}
   unmarked = []
   for info in pkgutil.walk_packages(tfdist.__path__, "tfdist."):

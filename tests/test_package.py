@@ -16,13 +16,16 @@ def test_old_module_paths_are_gone_and_the_real_modules_reload():
   # importlib.resources.files() raised. (tfdist.serving, once the old path of
   # tfdist.export, is a package again: serving with request batching.)
   for old in ("tfdist.sbatch", "tfdist.preflight", "tfdist.datasets", "tfdist.loop",
-              "tfdist.keras3_workarounds"):
+              "tfdist.keras3_workarounds", "tfdist.progress", "tfdist.launch._ray",
+              "tfdist.launch._slurm", "tfdist.launch._trains_alone"):
     with pytest.raises(ModuleNotFoundError):
       importlib.import_module(old)
-  module = importlib.import_module("tfdist.launch._slurm")
-  assert module.__spec__.name == "tfdist.launch._slurm"
+  module = importlib.import_module("tfdist.launch.slurm._launcher")
+  assert module.__spec__.name == "tfdist.launch.slurm._launcher"
   assert importlib.reload(module) is module
-  assert importlib.resources.files("tfdist.launch").joinpath("templates/slurm.sbatch").is_file()
+  assert importlib.resources.files("tfdist.launch.slurm").joinpath(
+      "templates/slurm.sbatch").is_file()
+  assert importlib.resources.files("tfdist.task").joinpath("site/sitecustomize.py").is_file()
 
 
 def test_public_names_resolve_to_their_modules():

@@ -79,7 +79,7 @@ def _env(target):
 
 def test_the_wheel_holds_the_package_data(installed):
   _, names = installed
-  for path in ("tfdist/launch/templates/slurm.sbatch", "tfdist/launch/task_site/sitecustomize.py",
+  for path in ("tfdist/launch/slurm/templates/slurm.sbatch", "tfdist/task/site/sitecustomize.py",
                "tfdist/internals/keras.py", "tfdist/training/loop/_runner.py",
                "tfdist/data/digits.npz"):
     assert path in names, path
@@ -104,7 +104,7 @@ def test_launch_runs_two_workers_from_the_installed_wheel(installed, tmp_path):
 
 def test_the_slurm_template_renders_from_the_installed_wheel(installed, tmp_path):
   target, _ = installed
-  code = ("from tfdist.launch import _slurm as slurm; print(slurm.TEMPLATE); "
+  code = ("from tfdist.launch.slurm import _launcher as slurm; print(slurm.TEMPLATE); "
           "print(slurm.render(['python', 'train.py'], ntasks=2, output='out.txt'))")
   done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                         cwd=tmp_path, env=_env(target), timeout=60)

@@ -51,8 +51,9 @@ _EXPORTS = {
     "output": ("tfdist.output", None),
     "placement": ("tfdist.placement", None),
     "serving": ("tfdist.serving", None),
-    # A step's report to the launcher's stall watchdog (tfdist.training.step_done).
-    "progress": ("tfdist.progress", None),
+    # The task side: a step's report to the launcher's stall watchdog
+    # (tfdist.task.progress; tfdist.training.step_done in a custom loop).
+    "task": ("tfdist.task", None),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

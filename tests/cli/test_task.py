@@ -23,7 +23,7 @@ def test_a_jobset_pod_runs_its_command_with_its_tf_config():
 
 
 def test_the_command_gets_the_task_site_first_on_its_python_path():
-  from tfdist.launch import _task_keras as task_keras
+  from tfdist.task import _keras as task_keras
   code = "import os; print('PYTHONPATH', os.environ['PYTHONPATH'])"
   result = helpers.run(helpers.tfdist_cli("task", "--", sys.executable, "-c", code), timeout=60,
                        env=dict(POD, PYTHONPATH="/mine"))
@@ -70,8 +70,8 @@ def test_a_pod_whose_steps_stop_dumps_its_stacks_says_where_and_exits_3(tmp_path
 
 @pytest.mark.slow
 def test_the_wrapper_of_a_multi_node_slurm_task_leaves_no_record(tmp_path):
-  from tfdist.launch import _task_keras as task_keras
-  from tfdist.launch import _trains_alone as trains_alone
+  from tfdist.task import _keras as task_keras
+  from tfdist.task import _trains_alone as trains_alone
   # A step over `n[1-2]` where no scontrol is found: the wrapper reads the host list with
   # TensorFlow, under the task site as tfdist's sbatch script runs it; only its command
   # is a task, and this one never imports TensorFlow.
@@ -90,7 +90,7 @@ def test_the_wrapper_of_a_multi_node_slurm_task_leaves_no_record(tmp_path):
 def test_a_command_that_fails_leaves_its_code_and_one_that_is_stopped_none(tmp_path):
   import signal
   from tfdist.launch import _first_failure as first_failure
-  from tfdist.launch import _trains_alone as trains_alone
+  from tfdist.task import _trains_alone as trains_alone
   env = dict(POD, **{trains_alone.JOINED_DIR_ENV: str(tmp_path)})
   result = helpers.run(helpers.tfdist_cli("task", "--", sys.executable, "-c", "exit(5)"),
                        timeout=60, env=env)
@@ -111,7 +111,7 @@ def test_a_command_that_fails_leaves_its_code_and_one_that_is_stopped_none(tmp_p
 
 
 def test_a_pod_publishes_its_step_times_unless_the_user_turned_that_off():
-  # Pods share no folder: the rows meet in TF's coordination service (tfdist.progress).
+  # Pods share no folder: the rows meet in TF's coordination service (tfdist.task.progress).
   # The command runs watched (2 training tasks), as every pod of a multi-worker job does.
   # A shell, not Python: the task site takes the variables out of a Python task's environment.
   show = ["sh", "-c", "echo PUBLISHED=$TFDIST_STEPS_PUBLISHED SHARED=$TFDIST_STEPS_SHARED_DIR"]

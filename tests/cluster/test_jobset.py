@@ -8,8 +8,8 @@ from tfdist.cluster import ClusterSpec, TaskSpec, environment
 from tfdist.cluster import _jobset as jobset
 from tfdist.cluster import _vertex as vertex
 from tfdist.launch import Job
-from tfdist.launch import _jobset as jobset_manifests
-from tfdist.launch import _kubernetes as kubernetes
+from tfdist.launch.kubernetes import _jobset as jobset_manifests
+from tfdist.launch.kubernetes import _manifests as kubernetes
 
 SHAPE = "chief=1,worker=2,ps=1"
 

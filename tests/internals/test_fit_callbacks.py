@@ -56,7 +56,7 @@ def test_every_fit_of_both_kerases_gets_the_callbacks_beside_its_own(seen, libra
 @pytest.mark.parametrize("verbose", [1, 0])
 def test_a_launched_tasks_fit_logs_its_status_with_the_loss_under_both_kerases(
     monkeypatch, library, verbose):
-  from tfdist import progress
+  from tfdist.task import progress
   keras = __import__(library)
   reporter = progress._Reporter()  # As in a launched task worker:0, but counting only.
   reporter.task, reporter.status_seconds = "worker:0", 2.5

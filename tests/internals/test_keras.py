@@ -86,7 +86,7 @@ def test_raw_keras3_still_fails_under_two_workers():
   # Upstream's bug, kept visible: when this fails, Keras fixed keras#20585 and
   # the workaround can go.
   # `python -I` ignores PYTHONPATH, where `tfdist launch` puts the shim that
-  # enables the workaround in every task (tfdist.launch._task_keras).
+  # enables the workaround in every task (tfdist.task._keras).
   result = _launch("keras3", "multi_worker_mirrored", "raw", python_flags=("-I",))
   assert result.returncode == 4, result.stdout[-3000:]
   assert "FAILED: ValueError: Attempt to convert a value (PerReplica" in result.stdout

@@ -1,6 +1,6 @@
 """tfdist.internals.keras_callbacks: Keras 3's own callbacks write once under multi-worker.
 
-The multi-worker behaviour is launched in tests/launch/test_task_keras.py; here,
+The multi-worker behaviour is launched in tests/task/test_task_keras.py; here,
 the gate, the undo, and that one process gets Keras's own behaviour.
 """
 

@@ -3,7 +3,7 @@
 import os
 
 from tfdist.launch import _first_failure as first_failure
-from tfdist.launch import _trains_alone as trains_alone
+from tfdist.task import _trains_alone as trains_alone
 
 
 def test_the_earliest_failure_is_first_and_a_signal_counts_as_128_plus_it(tmp_path):

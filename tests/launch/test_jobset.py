@@ -1,4 +1,4 @@
-"""tfdist.launch._jobset: the pods of a JobSet and a TrainJob, rehearsed as processes, train.
+"""tfdist.launch.kubernetes._jobset: the pods of a JobSet and a TrainJob, rehearsed as processes, train.
 
 No Kubernetes API server runs here: `tests/kubernetes_pods.py` runs each pod's
 command with the environment Kubernetes would give it, host names resolving
@@ -15,8 +15,8 @@ import pytest
 import helpers
 import kubernetes_pods
 from tfdist.launch import Job
-from tfdist.launch import _kubernetes as kubernetes
-from tfdist.launch import _jobset as jobset
+from tfdist.launch.kubernetes import _manifests as kubernetes
+from tfdist.launch.kubernetes import _jobset as jobset
 
 SCRIPT = os.path.join(helpers.SCRIPTS, "ray_fit.py")
 

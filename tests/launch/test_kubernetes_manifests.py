@@ -1,4 +1,4 @@
-"""tfdist.launch._kubernetes: manifests whose every pod gets a TF_CONFIG consistent with the spec."""
+"""tfdist.launch.kubernetes._manifests: manifests whose every pod gets a TF_CONFIG consistent with the spec."""
 
 import copy
 import io
@@ -15,7 +15,7 @@ import yaml
 import helpers
 from tfdist import launch
 from tfdist.launch import Job
-from tfdist.launch import _kubernetes as kubernetes
+from tfdist.launch.kubernetes import _manifests as kubernetes
 from tfdist.cluster import ClusterSpec
 
 def _options(**kwargs):
@@ -279,7 +279,7 @@ def test_a_data_worker_pod_registers_under_its_stable_dns_name():
 
 # --------------------------------------------------------------- JobSet and Trainer v2
 
-from tfdist.launch import _jobset as jobset  # pylint: disable=wrong-import-position
+from tfdist.launch.kubernetes import _jobset as jobset  # pylint: disable=wrong-import-position
 
 
 def _strictly(model, doc):
@@ -376,7 +376,7 @@ def test_an_evaluator_needs_a_kind_that_has_one():
 
 # ------------------------------------------------------------- closed and hardened pods
 
-from tfdist.launch import _pod_security as pod_security  # pylint: disable=wrong-import-position
+from tfdist.launch.kubernetes import _pod_security as pod_security  # pylint: disable=wrong-import-position
 
 DIGEST_IMAGE = "registry.example.com/tfdist@sha256:" + "0" * 64
 

@@ -9,7 +9,7 @@ import yaml
 
 from tfdist import launch
 from tfdist.launch import _launcher as launcher
-from tfdist.launch import _task_keras as task_keras
+from tfdist.task import _keras as task_keras
 
 
 def test_every_launcher_is_registered():
@@ -106,12 +106,15 @@ def test_the_tasks_get_the_watch_the_profile_and_the_trains_alone_mode_from_the_
 
 
 def test_a_launch_error_carries_the_exit_code_tfdist_launch_gives():
-  from tfdist.launch import _ray_placement, _slurm, private_network  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  from tfdist.launch import private_network
+  from tfdist.launch.ray import _placement as ray_placement
+  from tfdist.launch.slurm import _launcher as slurm_launcher
   codes = {cls.__name__: cls.exit_code for cls in (
       launch.LaunchError, launch.CannotStart, private_network.Unavailable,
-      _ray_placement.RayUnavailable, _slurm.SlurmError)}
+      ray_placement.RayUnavailable, slurm_launcher.SlurmError)}
   assert codes == {"LaunchError": 1, "CannotStart": 127, "Unavailable": 2,
                    "RayUnavailable": 2, "SlurmError": 1}
   assert all(issubclass(cls, launch.LaunchError) for cls in (
-      launch.CannotStart, private_network.Unavailable, _ray_placement.RayUnavailable,
-      _slurm.SlurmError))
+      launch.CannotStart, private_network.Unavailable, ray_placement.RayUnavailable,
+      slurm_launcher.SlurmError))

@@ -15,6 +15,7 @@ import pytest
 
 import helpers
 from tfdist import launch
+from tfdist.launch import _supervision as supervision
 from tfdist.cluster import ClusterSpec
 
 PY = sys.executable
@@ -109,9 +110,9 @@ def test_a_parameter_server_spec_without_a_chief_is_refused_before_anything_star
 
 def test_workers_must_finish_without_ps():
   spec = ClusterSpec.local(workers=2)
-  assert all(launch.must_finish(spec, t) for t in spec.tasks())
+  assert all(supervision.must_finish(spec, t) for t in spec.tasks())
   spec = ClusterSpec.local(workers=2, ps=1, chief=True, evaluator=True)
-  assert [str(t) for t in spec.tasks() if launch.must_finish(spec, t)] == ["chief:0",
+  assert [str(t) for t in spec.tasks() if supervision.must_finish(spec, t)] == ["chief:0",
                                                                           "evaluator:0"]
 
 

@@ -1,10 +1,10 @@
-"""tfdist.launch._pod_security: the restricted profile on a pod, and a same-job NetworkPolicy."""
+"""tfdist.launch.kubernetes._pod_security: the restricted profile on a pod, and a same-job NetworkPolicy."""
 
 import re
 
 import pytest
 
-from tfdist.launch import _pod_security as pod_security
+from tfdist.launch.kubernetes import _pod_security as pod_security
 
 
 def test_harden_keeps_the_pods_own_volumes_and_mounts_and_adds_scratch():

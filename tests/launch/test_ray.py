@@ -1,4 +1,4 @@
-"""tfdist.launch._ray: every task on a real 2-node Ray cluster (loopback only), supervised here.
+"""tfdist.launch.ray._launcher: every task on a real 2-node Ray cluster (loopback only), supervised here.
 
 One Ray cluster (a head and one more node, `tests/ray_cluster.py`) is shared
 by the tests of this module; every command runs inside its private network
@@ -19,6 +19,8 @@ import pytest
 
 import helpers
 from tfdist import launch
+from tfdist.launch.ray import _launcher as ray_launcher
+from tfdist.task import _trains_alone as trains_alone
 
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install '.[ray]'")
 import ray_cluster  # pylint: disable=wrong-import-position
@@ -152,7 +154,7 @@ def test_sigterm_to_the_launcher_reaches_every_task_which_backs_up_in_its_grace_
   stdout = "".join(lines)
   assert process.returncode == 128 + signal.SIGTERM, stdout[-3000:]
   # Rehearsal ci10 missed it once, with exit code 143 all the same: the SIGTERM had gone to
-  # a task's local end (`python -m tfdist.launch._ray_task` holds "launch" too, and after
+  # a task's local end (`python -m tfdist.launch.ray._task` holds "launch" too, and after
   # the pids wrapped around it came first), which passed it on to its task alone.
   assert "received SIGTERM; stopping every task" in stdout, stdout[-3000:]
   saved = re.findall(r"^\[(worker:\d)\] BackupAndRestore: SIGTERM: backed up epoch (\d+) after "
@@ -221,7 +223,7 @@ def test_a_task_whose_node_was_lost_has_moved_one_on_a_live_node_has_not(cluster
   script.write_text(
       "import sys, time, ray\n"
       "from tfdist.cluster import TaskSpec\n"
-      "from tfdist.launch import _ray_placement as ray_placement\n"
+      "from tfdist.launch.ray import _placement as ray_placement\n"
       "ray.init(namespace='tfdist', logging_level='ERROR')\n"
       "tasks = [TaskSpec('chief', 0), TaskSpec('worker', 0), TaskSpec('ps', 0)]\n"
       "placed = ray_placement.reserve(ray, tasks, 0.1, 'SPREAD', resources={\n"
@@ -277,14 +279,14 @@ def test_min_workers_without_ray_is_a_one_line_error(engine):
 
 
 def test_resources_per_task_type_parse_with_suffixes_and_bad_ones_name_the_form():
-  assert launch._ray.parse_resources(["worker:GPU=2,memory=8Gi", "ps:CPU=4", "worker:tpu=0.5",
+  assert ray_launcher.parse_resources(["worker:GPU=2,memory=8Gi", "ps:CPU=4", "worker:tpu=0.5",
                                      "chief:memory=1.5G"]) == {
       "worker": {"GPU": 2.0, "memory": 8 * 2.0**30, "tpu": 0.5}, "ps": {"CPU": 4.0},
       "chief": {"memory": 1.5e9}}
   for bad in ("gpu:GPU=1", "worker:GPU", "worker:GPU=-1", "worker:", "worker:GPU=two"):
     with pytest.raises(ValueError, match=r"must be TYPE:NAME=AMOUNT.*Received: " + re.escape(
         repr(bad)) + "$"):
-      launch._ray.parse_resources([bad])
+      ray_launcher.parse_resources([bad])
 
 
 @pytest.mark.slow
@@ -408,25 +410,25 @@ def test_a_straggler_on_its_ray_node_is_named_while_the_job_trains(cluster, tmp_
 
 
 def test_a_straggler_is_named_once_until_another_task_is():
-  from tfdist import _step_times as step_times
+  from tfdist.task import _step_times as step_times
 
   def rows(slow):
     return [step_times.summarize(task, 20, [0.3 if task == slow else 0.1] * 20)
             for task in ("worker:0", "worker:1")]
 
-  line, named = launch._ray.newly_named(rows("worker:1"), None)
+  line, named = ray_launcher.newly_named(rows("worker:1"), None)
   assert line.startswith("worker:1 is markedly slower") and named == "worker:1"
-  assert launch._ray.newly_named(rows("worker:1"), named) == (None, "worker:1")
+  assert ray_launcher.newly_named(rows("worker:1"), named) == (None, "worker:1")
   # Near the threshold a task drops out and comes back: it is not named again.
-  assert launch._ray.newly_named(rows(None), named) == (None, "worker:1")
-  assert launch._ray.newly_named(rows("worker:1"), named) == (None, "worker:1")
-  line, named = launch._ray.newly_named(rows("worker:0"), named)
+  assert ray_launcher.newly_named(rows(None), named) == (None, "worker:1")
+  assert ray_launcher.newly_named(rows("worker:1"), named) == (None, "worker:1")
+  line, named = ray_launcher.newly_named(rows("worker:0"), named)
   assert line.startswith("worker:0 is markedly slower") and named == "worker:0"
 
 
 def test_the_launchers_straggler_thread_ends_when_the_job_does(tmp_path):
   reports, done = [], threading.Event()
-  watcher = threading.Thread(target=launch._ray.name_stragglers,
+  watcher = threading.Thread(target=ray_launcher.name_stragglers,
                              args=(str(tmp_path / "gone"), done, reports.append, 0.01))
   watcher.start()
   time.sleep(0.1)
@@ -463,9 +465,9 @@ def test_an_actor_lost_after_its_task_exited_keeps_the_tasks_exit_code(tmp_path)
   def lost(reference):
     raise ray.exceptions.RayActorError(error_msg=f"The actor died before {reference} returned.")
   out = tmp_path / "out"
-  env = {launch._trains_alone.JOINED_DIR_ENV: str(tmp_path)}
+  env = {trains_alone.JOINED_DIR_ENV: str(tmp_path)}
   with open(out, "w") as output:
-    assert launch._ray.hand_back(lost, _LostActor(), "worker:1", 3, env, output,
+    assert ray_launcher.hand_back(lost, _LostActor(), "worker:1", 3, env, output,
                                  str(tmp_path / "result")) == 3
   assert out.read_text() == ("tfdist: worker:1 exited with code 3, then its Ray actor was lost "
                              "before handing back its result and records: The actor died before "
@@ -480,8 +482,8 @@ def test_an_actors_folders_go_when_it_is_sigkilled(tmp_path):
   (folder / "worker-0.tensorflow").write_text("")
   code = textwrap.dedent("""
       import os, signal, sys, time
-      from tfdist.launch import _ray
-      remover = _ray.remove_when_gone(sys.argv[1:])
+      from tfdist.launch.ray import _launcher as ray_launcher
+      remover = ray_launcher.remove_when_gone(sys.argv[1:])
       time.sleep(1)
       print(os.path.isdir(sys.argv[1]), flush=True)
       # As Ray kills an actor: its children first (kill_child_processes_on_worker_exit).
@@ -512,7 +514,7 @@ def test_a_task_actor_hands_back_a_redrawn_line_while_its_task_still_runs(tmp_pa
           "os.write(1, b'start\\n\\rstep 1/9\\rstep 2/9')\n"
           f"while not os.path.exists({str(release)!r}): time.sleep(0.05)\n"
           "os.write(1, b'\\rstep 9/9\\n')\n")
-  actor = launch._ray.TaskProcess()
+  actor = ray_launcher.TaskProcess()
   actor._process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                                     stdin=subprocess.DEVNULL)
   try:

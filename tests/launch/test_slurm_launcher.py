@@ -1,4 +1,4 @@
-"""tfdist.launch._slurm: jobs through a real SLURM on localhost (slurmctld + slurmd)."""
+"""tfdist.launch.slurm._launcher: jobs through a real SLURM on localhost (slurmctld + slurmd)."""
 
 import contextlib
 import json
@@ -13,7 +13,7 @@ import pytest
 import helpers
 import slurm_cluster
 from tfdist import launch
-from tfdist.launch import _slurm as sbatch
+from tfdist.launch.slurm import _launcher as sbatch
 
 
 def test_render_fills_every_field():
@@ -229,7 +229,7 @@ def test_the_template_users_read_is_the_one_tfdist_renders():
   with open(sbatch.TEMPLATE) as f:
     rendered = f.read()
   assert users_copy == rendered, ("launch/slurm/tfdist.sbatch and "
-                                  "tfdist/launch/templates/slurm.sbatch differ: keep them one file")
+                                  "tfdist/launch/slurm/templates/slurm.sbatch differ: keep them one file")
 
 
 @pytest.mark.slow
@@ -312,7 +312,7 @@ def test_the_chief_names_a_straggler_as_the_job_trains_from_the_rows_the_wrapper
     slurm, tmp_path):
   # Each task has a progress folder of its own here; each wrapper copies its row into the
   # job's records folder once a second, and the chief waits for the rows of the steps it
-  # ran there (tfdist.progress). Worker 1's input sleeps 0.1 s a batch.
+  # ran there (tfdist.task.progress). Worker 1's input sleeps 0.1 s a batch.
   result = helpers.run(helpers.tfdist_cli(
       "launch", "--slurm", "--workers=2", "--timeout=120", f"--work_dir={tmp_path}", "--",
       *helpers.python(os.path.join(helpers.SCRIPTS, "stall.py"), "slow", str(tmp_path))),

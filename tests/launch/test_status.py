@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import helpers
-from tfdist import progress
+from tfdist.task import progress
 from tfdist.launch import _supervision as supervision
 
 EVERY = supervision.REDRAW_SECONDS

@@ -8,7 +8,7 @@ import pytest
 
 import helpers
 from tfdist.launch import _task as task
-from tfdist.launch import _trains_alone as trains_alone
+from tfdist.task import _trains_alone as trains_alone
 
 POD = {"TFDIST_CLUSTER_SHAPE": "worker=2", "JOBSET_NAME": "digits",
        "JOBSET_REPLICATED_JOB": "worker", "JOBSET_JOB_INDEX": "0", "JOB_COMPLETION_INDEX": "1"}
@@ -41,7 +41,7 @@ def test_what_it_cannot_run_is_one_line_with_exit_2_and_nothing_started():
 
 
 def test_as_a_module_it_runs_the_command_with_the_tasks_tf_config():
-  # What tfdist.launch._ray starts on a node: a library module, not the `tfdist` command.
+  # What tfdist.launch.ray._launcher starts on a node: a library module, not the `tfdist` command.
   code = "import os; print('TF_CONFIG', os.environ['TF_CONFIG'])"
   result = helpers.run(helpers.python("-m", "tfdist.launch._task", "--", sys.executable, "-c",
                                       code), timeout=60, env=POD)

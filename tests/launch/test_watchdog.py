@@ -8,7 +8,7 @@ import pytest
 
 import helpers
 from tfdist import launch
-from tfdist import progress
+from tfdist.task import progress
 from tfdist.cluster import ClusterSpec
 from tfdist.launch import watchdog
 
@@ -272,8 +272,8 @@ def test_every_task_is_profiled_into_one_log_directory_with_its_table(tmp_path):
 
 
 def test_keep_steps_copies_only_rows_a_task_writes(tmp_path):
-  from tfdist import _step_times as step_times
-  source, kept = tmp_path / "progress", tmp_path / "records"
+  from tfdist.task import _step_times as step_times
+  source, kept = tmp_path / "task.progress", tmp_path / "records"
   source.mkdir()
   kept.mkdir()
   (source / "worker-1.steps").write_text(step_times.to_text(

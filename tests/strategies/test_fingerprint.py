@@ -7,7 +7,7 @@ import re
 import pytest
 
 import helpers
-from tfdist import progress
+from tfdist.task import progress
 from tfdist.strategies import _fingerprint as fingerprint
 
 

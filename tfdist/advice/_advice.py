@@ -44,7 +44,7 @@ from tfdist.advice import _advice_check as advice_check
 from tfdist.advice import decision
 from tfdist.advice import memory
 from tfdist.cluster import ClusterSpec
-from tfdist.launch import _result_channel as result_channel
+from tfdist.task import _result_channel as result_channel
 
 logger = logging.getLogger("tfdist")
 

@@ -13,7 +13,7 @@ import time
 from typing import Mapping, Optional, Sequence
 
 from tfdist import _choices as choices
-from tfdist.launch import _result_channel as result_channel
+from tfdist.task import _result_channel as result_channel
 
 SINGLE_MACHINE = tuple(choices.strategy_names(choices.SINGLE_MACHINE))
 LOG_TAIL_LINES = 15

@@ -41,7 +41,7 @@ from absl import flags
 
 from tfdist import output
 from tfdist.cli import self_launch
-from tfdist.launch import _result_channel as result_channel
+from tfdist.task import _result_channel as result_channel
 
 _ALL_SUITES = ["overhead", "small_model", "allreduce", "scaling", "advise", "serving"]
 _SUITES = flags.DEFINE_list("suites", _ALL_SUITES, "What to measure: any of "
@@ -180,59 +180,59 @@ def main(argv):
     return _all_reduce_worker()
   from tfdist import devices
   devices.split_physical_device(2)  # Before TensorFlow starts: two "GPUs".
-  from tfdist.training import timing
-  from tfdist._lab import overhead
-  results = {}
-  stages = output.Stages(sum(suite in _SUITES.value for suite in _ALL_SUITES))
-
-  def begins(suite: str) -> bool:
-    """Whether `suite` was asked for; if so, says which of how many it is."""
-    if suite in _SUITES.value:
-      print(f"\n{stages.next(f'suite {suite}')}", flush=True)
-    return suite in _SUITES.value
-
-  if begins("overhead"):
-    rows = overhead.strategy_overhead(["one_device", "mirrored", "central_storage"],
-                                   ["cnn", "mlp"], _REPEATS.value, steps=_STEPS.value)
-    print("\nOverhead: model.fit step time, tfdist strategy / raw tf.distribute; judged by "
-          "CPU time, the steady clock here (target <= 1.01)")
-    print(f"{'model':<6} {'strategy':<16} {'raw ms':>8} {'tfdist ms':>10} {'wall':>7} "
-          f"{'raw cpu ms':>11} {'tfdist cpu ms':>14} {'cpu':>7}")
-    for row in rows:
-      wall, cpu = row["wall"], row["cpu"]
-      print(f"{row['model']:<6} {row['strategy']:<16} {wall['a_ms']:>8.2f} "
-            f"{wall['b_ms']:>10.2f} {wall['ratio']:>7.3f} {cpu['a_ms']:>11.2f} "
-            f"{cpu['b_ms']:>14.2f} {cpu['ratio']:>7.3f}")
-      for name in timing.CLOCKS:
-        results[f"overhead_{row['model']}_{row['strategy']}_{name}"] = row[name]["ratio"]
-  if begins("small_model"):
-    small = overhead.small_model_overhead(_REPEATS.value, steps=_STEPS.value)
-    plain = small["raw"]["wall"]["a_ms"]
-    print(f"\nSmall model: MLP 784-512-512-10, batch 64, mirrored over {small['replicas']} "
-          f"logical CPUs / no strategy ({plain:.2f} ms/step); target <= 1.15")
-    print(f"  {'':<40} {'wall':>6} {'cpu':>6}")
-    for variant, label in [("raw", "raw tf.distribute, Keras defaults"),
-                           ("tfdist", "tfdist, steps_per_execution=10")]:
-      print(f"  {label:<40} {small[variant]['wall']['ratio']:>5.2f}x "
-            f"{small[variant]['cpu']['ratio']:>5.2f}x")
-      for name in timing.CLOCKS:
-        results[f"small_model_{variant}_mirrored_over_plain_{name}"] = (
-            small[variant][name]["ratio"])
-  if begins("allreduce"):
-    results.update(_all_reduce())
-  if begins("scaling"):
-    results.update(_scaling())
-  if begins("advise"):
-    results.update(_advise())
-  code = 0
-  if begins("serving"):
-    serving, code = _serving()
-    results.update(serving)
+  asked = [suite for suite in _ALL_SUITES if suite in _SUITES.value]
+  stages = output.Stages(len(asked))
+  results, code = {}, 0
+  for suite in asked:
+    print(f"\n{stages.next(f'suite {suite}')}", flush=True)
+    found = _RUNS[suite]()
+    if suite == "serving":  # Its targets, checked: the exit code.
+      found, code = found
+    results.update(found)
   if _OUTPUT.value:
     with open(_OUTPUT.value, "w") as f:
       json.dump(results, f, indent=1, sort_keys=True)
     print(f"\nwrote {_OUTPUT.value}")
   return code
+
+
+def _overhead() -> dict:
+  from tfdist.training import timing
+  from tfdist._lab import overhead
+  rows = overhead.strategy_overhead(["one_device", "mirrored", "central_storage"],
+                                    ["cnn", "mlp"], _REPEATS.value, steps=_STEPS.value)
+  print("\nOverhead: model.fit step time, tfdist strategy / raw tf.distribute; judged by "
+        "CPU time, the steady clock here (target <= 1.01)")
+  print(f"{'model':<6} {'strategy':<16} {'raw ms':>8} {'tfdist ms':>10} {'wall':>7} "
+        f"{'raw cpu ms':>11} {'tfdist cpu ms':>14} {'cpu':>7}")
+  results = {}
+  for row in rows:
+    wall, cpu = row["wall"], row["cpu"]
+    print(f"{row['model']:<6} {row['strategy']:<16} {wall['a_ms']:>8.2f} "
+          f"{wall['b_ms']:>10.2f} {wall['ratio']:>7.3f} {cpu['a_ms']:>11.2f} "
+          f"{cpu['b_ms']:>14.2f} {cpu['ratio']:>7.3f}")
+    for name in timing.CLOCKS:
+      results[f"overhead_{row['model']}_{row['strategy']}_{name}"] = row[name]["ratio"]
+  return results
+
+
+def _small_model() -> dict:
+  from tfdist.training import timing
+  from tfdist._lab import overhead
+  small = overhead.small_model_overhead(_REPEATS.value, steps=_STEPS.value)
+  plain = small["raw"]["wall"]["a_ms"]
+  print(f"\nSmall model: MLP 784-512-512-10, batch 64, mirrored over {small['replicas']} "
+        f"logical CPUs / no strategy ({plain:.2f} ms/step); target <= 1.15")
+  print(f"  {'':<40} {'wall':>6} {'cpu':>6}")
+  results = {}
+  for variant, label in [("raw", "raw tf.distribute, Keras defaults"),
+                         ("tfdist", "tfdist, steps_per_execution=10")]:
+    print(f"  {label:<40} {small[variant]['wall']['ratio']:>5.2f}x "
+          f"{small[variant]['cpu']['ratio']:>5.2f}x")
+    for name in timing.CLOCKS:
+      results[f"small_model_{variant}_mirrored_over_plain_{name}"] = (
+          small[variant][name]["ratio"])
+  return results
 
 
 def _all_reduce() -> dict:
@@ -440,3 +440,8 @@ def _all_reduce_worker() -> int:
   self_launch.write_result(_RESULT_FILE.value, {"loopback_bytes_per_second": tcp,
                                                   "rows": rows})
   return 0
+
+
+# Each suite, in --suites' order: a dict of results ("serving": and its exit code).
+_RUNS = {"overhead": _overhead, "small_model": _small_model, "allreduce": _all_reduce,
+         "scaling": _scaling, "advise": _advise, "serving": _serving}

@@ -23,7 +23,7 @@ from absl import flags
 from tfdist import _choices as choices
 from tfdist import output
 from tfdist.cli import _train_process as train_process
-from tfdist.launch import _task_keras as task_keras
+from tfdist.task import _keras as task_keras
 
 _STRATEGIES = flags.DEFINE_list(
     "strategies", choices.strategy_names(choices.SINGLE_MACHINE, choices.COLLECTIVE,
@@ -100,6 +100,15 @@ def main(argv):
   runs = [(keras, name, "", [], None) for keras in _KERAS.value for name in _STRATEGIES.value]
   runs += [(keras, name, label, extra, env) for keras in _KERAS.value
            for label, name, extra, env in _variants()]
+  results = _train_each(runs)
+  if _OUTPUT.value:
+    with open(_OUTPUT.value, "w") as f:
+      json.dump(results, f, indent=1)
+  return _report(results)
+
+
+def _train_each(runs) -> list:
+  """Each (keras, strategy, variant label, train flags, environment) trained; their results."""
   results = []
   start = time.monotonic()
   with tempfile.TemporaryDirectory(prefix="tfdist-compare-") as workdir:
@@ -117,6 +126,11 @@ def main(argv):
             flush=True)
       if "error" in result:
         print("\n".join(f"    {line}" for line in result["log_tail"]), flush=True)
+  return results
+
+
+def _report(results) -> int:
+  """The table, and the verdict against each Keras's baseline; the exit code."""
   print()
   _print_table([_HEADER] + [_row(r) for r in results])
   failed = [f"{_row(r)[1]} ({r['keras']})" for r in results if "error" in r]
@@ -135,9 +149,6 @@ def main(argv):
         "a step spent waiting for data (n/a: parameter-server steps run remotely); "
         "on 2 CPU cores more replicas share the same cores, so they are not faster here. "
         "Keras 3 under parameter_server trains with tfdist.training.loop (its fit cannot run there).")
-  if _OUTPUT.value:
-    with open(_OUTPUT.value, "w") as f:
-      json.dump(results, f, indent=1)
   if failed or off:
     print(f"FAILED: {failed} did not finish; {off} missed the accuracy tolerance.")
     return 1

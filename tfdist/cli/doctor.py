@@ -18,7 +18,7 @@ from absl import flags
 
 from tfdist import _keras_support as keras_support
 from tfdist.cli import _train_process as train_process
-from tfdist.launch import _task_keras as task_keras
+from tfdist.task import _keras as task_keras
 
 # Strategy flag value -> (matrix cell, extra `tfdist train` flags) per cell.
 CELLS = {strategy: [(label, [f"--workers={workers}"] * bool(workers) + [f"--ps={ps}"] * bool(ps))

@@ -7,7 +7,7 @@ With --slurm, submits the same job to SLURM instead (one SLURM task per TF
 task, see launch/slurm/tfdist.sbatch), streams its output and exits with
 the job's exit code.
 
-With --ray[=ADDRESS], runs every task on a Ray cluster (see tfdist.launch._ray).
+With --ray[=ADDRESS], runs every task on a Ray cluster (see tfdist.launch.ray._launcher).
 
 With --kubernetes=jobset|trainjob|tfjob|indexed, prints the manifests for
 `kubectl apply -f -` (a JobSet; Kubeflow Trainer v2's runtime and TrainJob; a
@@ -20,11 +20,11 @@ import sys
 from absl import flags
 
 from tfdist import launch as launch_lib
-from tfdist.launch import _kubernetes as kubernetes
-from tfdist.launch import _profile_summary as profile_summary
-from tfdist.launch import _ray as ray_launch
-from tfdist.launch import _task_keras as task_keras
-from tfdist.launch import _trains_alone as trains_alone
+from tfdist.launch.kubernetes import _manifests as kubernetes
+from tfdist.task import _profile_summary as profile_summary
+from tfdist.launch.ray import _launcher as ray_launch
+from tfdist.task import _keras as task_keras
+from tfdist.task import _trains_alone as trains_alone
 
 TAKES_ARGUMENTS = True  # The command after '--' (tfdist.cli.main refuses them elsewhere).
 

@@ -27,7 +27,7 @@ from absl import flags
 from tfdist import launch as launch_lib
 from tfdist.cluster import CHIEF, WORKER, ClusterSpec, TaskSpec
 from tfdist.cluster import environment
-from tfdist.launch import _result_channel as result_channel
+from tfdist.task import _result_channel as result_channel
 
 # The reporting task writes its result as JSON here: the internal flag of the
 # commands that launch themselves (their users' JSON goes to --output).
@@ -65,7 +65,7 @@ def run(name: str, module: ModuleType, spec: ClusterSpec, *, timeout: float,
         output: Optional[TextIO] = None, keras: Optional[str] = None) -> int:
   """Runs `tfdist <name>` with the same flags as every task of `spec`; its exit code.
 
-  `keras`: the tasks' Keras (see `tfdist.launch._task_keras`).
+  `keras`: the tasks' Keras (see `tfdist.task._keras`).
   """
   options = launch_lib.LaunchOptions(timeout=timeout, max_restarts=max_restarts,
                                      output=output, keras=keras)

@@ -23,7 +23,7 @@ from tfdist.training import precision
 from tfdist.cli import self_launch
 from tfdist.training import config as train_config
 from tfdist.training import _user_code as user_code
-from tfdist.launch import _task_keras as task_keras
+from tfdist.task import _keras as task_keras
 
 _STRATEGY = flags.DEFINE_enum("strategy", "one_device", choices.strategy_names(),
                               "Strategy name.")
@@ -126,6 +126,24 @@ def _outer_needs_sync_every(values):
   return values["outer_optimizer"] == "none" or values["sync_every"] > 0
 
 
+@flags.multi_flags_validator(["evaluator", "in_process"], "--evaluator adds an evaluator task "
+                             "to the local cluster, and --in_process runs no cluster: drop one.")
+def _evaluator_needs_a_cluster(values):
+  return not (values["evaluator"] and values["in_process"])
+
+
+def _config(keras: str) -> train_config.TrainConfig:
+  return train_config.TrainConfig(
+      strategy=_STRATEGY.value, epochs=_EPOCHS.value, batch_size=_BATCH_SIZE.value,
+      learning_rate=_LEARNING_RATE.value, lr_scaling=_LR_SCALING.value,
+      warmup_steps=_WARMUP_STEPS.value, strategy_options=_strategy_options(),
+      verbose=_VERBOSE.value, checkpoint_dir=_CHECKPOINT_DIR.value,
+      tensorboard_dir=_TENSORBOARD_DIR.value, export_dir=_EXPORT_DIR.value,
+      evaluator=_EVALUATOR.value, precision=_PRECISION.value,
+      compress_gradients=_COMPRESS_GRADIENTS.value, accumulate_steps=_ACCUMULATE_STEPS.value,
+      local_sgd=_local_sgd_options(), keras=keras)
+
+
 def _local_sgd_options():
   if not _SYNC_EVERY.value:
     return None
@@ -196,29 +214,12 @@ def _run_forwarding_signals(command, env) -> int:
 def main(argv):
   del argv  # No positional arguments.
   try:
-    keras = task_keras.resolve(_KERAS.value)
-  except ValueError as e:  # A TF_USE_LEGACY_KERAS that is neither 1 nor 0.
-    print(f"tfdist train: {e}", file=sys.stderr)
-    return 2
-  # `tf.keras` in a --model module resolves to the same Keras, here and in the tasks.
-  keras_support.select(keras)
-  try:  # The job's rules, checked once, by the config, before anything starts.
-    config = train_config.TrainConfig(
-        strategy=_STRATEGY.value, epochs=_EPOCHS.value, batch_size=_BATCH_SIZE.value,
-        learning_rate=_LEARNING_RATE.value, lr_scaling=_LR_SCALING.value,
-        warmup_steps=_WARMUP_STEPS.value, strategy_options=_strategy_options(),
-        verbose=_VERBOSE.value, checkpoint_dir=_CHECKPOINT_DIR.value,
-        tensorboard_dir=_TENSORBOARD_DIR.value, export_dir=_EXPORT_DIR.value,
-        evaluator=_EVALUATOR.value, precision=_PRECISION.value,
-        compress_gradients=_COMPRESS_GRADIENTS.value, accumulate_steps=_ACCUMULATE_STEPS.value,
-        local_sgd=_local_sgd_options(), keras=keras)
+    keras = task_keras.resolve(_KERAS.value)  # A TF_USE_LEGACY_KERAS neither 1 nor 0 raises.
+    # `tf.keras` in a --model module resolves to the same Keras, here and in the tasks.
+    keras_support.select(keras)
+    config = _config(keras)  # The job's rules, checked once, before anything starts.
   except ValueError as e:
     print(f"tfdist train: {e}", file=sys.stderr)
-    return 2
-  if _EVALUATOR.value and _IN_PROCESS.value:
-    print("tfdist train: --evaluator adds an evaluator task to the local cluster, and "
-          "--in_process runs no cluster: drop one. Received: --evaluator --in_process",
-          file=sys.stderr)
     return 2
   if _needs_local_cluster():
     return _launch_self(keras)

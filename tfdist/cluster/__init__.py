@@ -19,9 +19,8 @@ Example:
     >>> spec = ClusterSpec.from_env()    # TF_CONFIG, a Kubernetes pod, SLURM, or None
 """
 
-from tfdist.cluster._spec import (CHIEF, CLUSTER_TASK_TYPES, EVALUATOR, LOOPBACK_HOSTS, PS,
-                                 TASK_TYPES, TF_CONFIG_KEYS, WORKER, ClusterSpec, TaskSpec,
-                                 check_task_count, count_workers, pick_unused_ports, split_address)
+from tfdist.cluster._spec import (CHIEF, EVALUATOR, PS, WORKER, ClusterSpec, TaskSpec,
+                                 pick_unused_ports)
 from tfdist.cluster import environment
 from tfdist.cluster import _jobset
 from tfdist.cluster import _kubernetes
@@ -40,8 +39,5 @@ environment.register(_jobset.JobSetEnvironment())
 environment.register(_kubernetes.KubernetesEnvironment())
 environment.register(_slurm.SLURMEnvironment())
 
-__all__ = ["CHIEF", "CLUSTER_TASK_TYPES", "ClusterEnvironment", "ClusterSpec", "EVALUATOR",
-           "environment", "preflight",
-           "LOOPBACK_HOSTS", "PS", "TASK_TYPES", "TF_CONFIG_KEYS", "TaskSpec", "WORKER",
-           "available_environments", "check_task_count", "count_workers", "detect", "pick_unused_ports",
-           "split_address"]
+__all__ = ["CHIEF", "ClusterEnvironment", "ClusterSpec", "EVALUATOR", "PS", "TaskSpec", "WORKER",
+           "available_environments", "detect", "environment", "pick_unused_ports", "preflight"]

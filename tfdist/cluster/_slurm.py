@@ -11,7 +11,7 @@ is on one node and runs in a private network namespace) the host is `localhost`.
 
 Under `srun`, `ClusterSpec.from_env()` uses this automatically when there is no
 TF_CONFIG (`SLURMEnvironment`), so the same script runs under `tfdist launch`,
-by hand, or in sbatch. Submitting jobs is `tfdist.launch._slurm`'s job.
+by hand, or in sbatch. Submitting jobs is `tfdist.launch.slurm._launcher`'s job.
 
 Example (inside `srun -n 2 python train.py`):
 

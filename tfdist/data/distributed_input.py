@@ -21,7 +21,7 @@ from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
-from tfdist import cluster as cluster_lib
+from tfdist.cluster import _spec as spec_lib
 
 Policy = tf.data.experimental.AutoShardPolicy
 
@@ -40,7 +40,7 @@ def _num_workers(strategy: tf.distribute.Strategy) -> int:
   resolver = getattr(strategy, "cluster_resolver", None)
   if resolver is None:
     return 1
-  return max(1, cluster_lib.count_workers(resolver.cluster_spec().as_dict()))
+  return max(1, spec_lib.count_workers(resolver.cluster_spec().as_dict()))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Iterable, List
 
 import tensorflow as tf
 
-from tfdist import progress
+from tfdist.task import progress
 from tfdist.internals import keras as keras_internals
 from tfdist.internals import tensorflow as tf_internals
 
@@ -66,7 +66,7 @@ def not_replayable(dataset) -> List[str]:
                if n.op == "Const" and n.attr["dtype"].type == tf.int64.as_datatype_enum}
   reasons = []
   for node in nodes:
-    # The launch's input stamp (tfdist.progress) only notes the time: it replays.
+    # The launch's input stamp (tfdist.task.progress) only notes the time: it replays.
     if node.op in _PYTHON_OPS and not node.name.startswith(progress.INPUT_STAMP):
       reasons.append("it runs Python code (tf.py_function or tf.numpy_function), which "
                      "TensorFlow cannot replay; make the step a TensorFlow op, or its "

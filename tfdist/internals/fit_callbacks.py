@@ -8,7 +8,7 @@ wraps `Model.fit` of both Kerases (tf_keras's `tf_keras.Model.fit`, Keras 3's
 through `input_of(x, strategy)` when given (the step report's input stamp;
 `strategy` is the model's public `distribute_strategy`, None if it has none);
 `disable_fit_callbacks` puts `fit` back. `tfdist launch`'s task site enables
-it once either Keras is imported (`tfdist.launch._task_imports.after_import`
+it once either Keras is imported (`tfdist.task._imports.after_import`
 for each of KERAS_MODULES). Gated on the Keras versions tested; PATCHES names
 the public issue: a distributed job that stops moving says nothing
 (tensorflow/tensorflow#35878).
@@ -61,7 +61,7 @@ def _patch(module, make: MakeCallbacks, input_of: Optional[Callable]) -> None:
       added = make(base)
       for callback in added:
         # tf_keras would fetch the logs at every batch for them: they get them as tensors,
-        # which the status line converts only when it writes one (tfdist.progress).
+        # which the status line converts only when it writes one (tfdist.task.progress).
         if legacy:
           tf_keras_internals.never_fetch_logs(callback)
       callbacks = list(callbacks or []) + added

@@ -18,7 +18,7 @@ chief's backup, and only the chief deletes it at the end, after a barrier.
 the last batch trained, -1 at an epoch's end: Keras records epoch 0 for a
 backup in a resumed fit's first epoch, and batch 0 at an epoch's end), and
 hands that to `on_restore(callback, epoch, batch)` when `fit` starts, so the
-caller can replay the input (`tfdist.launch._task_keras`).
+caller can replay the input (`tfdist.task._keras`).
 
 Nothing changes for a model that is not under multi-worker
 MultiWorkerMirroredStrategy (its writes go where Keras puts them), nor for

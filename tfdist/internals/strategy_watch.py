@@ -3,7 +3,7 @@
 A task of a multi-worker TF_CONFIG that builds MirroredStrategy (which reads
 no TF_CONFIG) or fits with no strategy trains alone, and nothing in
 TensorFlow says so (tensorflow/tensorflow#39753: "just running python demo.py
-is one worker training, not multi worker"). `tfdist.launch._trains_alone`
+is one worker training, not multi worker"). `tfdist.task._trains_alone`
 names it; these two watches tell it what to look at:
 
 - `enable_strategy_watch(callback)`: `callback(strategy)` whenever a

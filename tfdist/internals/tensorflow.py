@@ -245,7 +245,7 @@ def publish(key: str, value: str) -> bool:
   The store refuses to insert a key it holds, so the old value goes first: a
   reader between the two waits for the new one (`published`). Neither call
   has a deadline in TensorFlow: with the service's leader unreachable, this
-  waits (`tfdist.progress` calls it from a thread of its own).
+  waits (`tfdist.task.progress` calls it from a thread of its own).
   """
   ctx = _coordination_context()
   if ctx is None:

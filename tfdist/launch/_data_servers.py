@@ -13,6 +13,7 @@ import sys
 from typing import List, Tuple
 
 from tfdist import cluster as cluster_lib
+from tfdist.cluster import _spec as spec_lib
 from tfdist.cluster import _data_service as data_service_lib
 
 # Restarts of tf.data service servers, in all, per launch, unless
@@ -35,13 +36,13 @@ class DataServers:
     """(server, command line) for the dispatcher and every data worker."""
     service = self.service
     server = [sys.executable, "-m", "tfdist.launch._serve_data_service"]
-    _, port = cluster_lib.split_address(service.dispatcher)
+    _, port = spec_lib.split_address(service.dispatcher)
     journal = [f"--work_dir={service.work_dir}"] if service.work_dir else []
     servers = [(cluster_lib.TaskSpec(DISPATCHER, 0),
                 server + ["--role=dispatcher", f"--port={port}"] + journal)]
     for i, address in enumerate(service.workers):
       servers.append((cluster_lib.TaskSpec(DATA_WORKER, i), server + [
-          "--role=worker", f"--port={cluster_lib.split_address(address)[1]}",
+          "--role=worker", f"--port={spec_lib.split_address(address)[1]}",
           f"--dispatcher_address={service.dispatcher}"]))
     return servers
 

@@ -8,7 +8,7 @@ of the peer SLURM stopped, and the cause is lost.
 
 So `tfdist task`, where it runs the command as a child, leaves a record of
 the command's own end in the launcher's records folder
-(`tfdist.launch._trains_alone.JOINED_DIR_ENV`): `<type>-<index>.exit`, holding
+(`tfdist.task._trains_alone.JOINED_DIR_ENV`): `<type>-<index>.exit`, holding
 the exit code and the time. A command that ended because this wrapper passed
 it SIGTERM or SIGINT leaves none. At the end the launcher reads the earliest
 record (`first`) and returns its code, with one line saying so.
@@ -27,7 +27,7 @@ import re
 import time
 from typing import Mapping, Optional, Tuple
 
-from tfdist.launch import _trains_alone as trains_alone
+from tfdist.task import _trains_alone as trains_alone
 
 logger = logging.getLogger("tfdist")
 

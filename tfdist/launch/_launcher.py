@@ -23,11 +23,11 @@ import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple, Type
 
 from tfdist import _variables as variables_lib
-from tfdist import cluster as cluster_lib
-from tfdist import progress
+from tfdist.cluster import _spec as spec_lib
+from tfdist.task import progress
 from tfdist import _registry as registry
-from tfdist.launch import _task_keras as task_keras
-from tfdist.launch import _trains_alone as trains_alone
+from tfdist.task import _keras as task_keras
+from tfdist.task import _trains_alone as trains_alone
 
 # Seconds between SIGTERM and SIGKILL when stopping a task: what SLURM (KillWait)
 # and Kubernetes (terminationGracePeriodSeconds) give, so a backup that fits
@@ -98,7 +98,7 @@ class LaunchOptions:
     if not (_is_number(self.grace_period) and self.grace_period >= 0):
       raise ValueError(f"`grace_period` must be a number of seconds >= 0. "
                        f"Received: grace_period={self.grace_period!r}")
-    cluster_lib.check_task_count("max_restarts", self.max_restarts, 0)
+    spec_lib.check_task_count("max_restarts", self.max_restarts, 0)
     for field, choices in (("keras", task_keras.KERAS_CHOICES),
                            ("trains_alone", trains_alone.MODES)):
       value = getattr(self, field)
@@ -129,7 +129,7 @@ class LaunchOptions:
 
   def environment(self) -> Dict[str, str]:
     """The tasks' environment: `env` (or this process's) with `task_variables()`, and the
-    tasks' Keras with tfdist's task site first on PYTHONPATH (`tfdist.launch._task_keras`).
+    tasks' Keras with tfdist's task site first on PYTHONPATH (`tfdist.task._keras`).
 
     Raises:
       ValueError: a TF_USE_LEGACY_KERAS in `env` that is neither 1 nor 0.
@@ -161,7 +161,7 @@ class Job:
   def __post_init__(self):
     for field, value, low in (("workers", self.workers, 1), ("ps", self.ps, 0),
                               ("data_workers", self.data_workers, 0)):
-      cluster_lib.check_task_count(field, value, low)
+      spec_lib.check_task_count(field, value, low)
 
   @property
   def num_tasks(self) -> int:

@@ -33,7 +33,7 @@ from tfdist.launch import _launcher as launcher_lib
 from tfdist.launch import private_network
 from tfdist.launch import _supervision as supervision
 from tfdist.launch import _threads as threads
-from tfdist.launch import _trains_alone as trains_alone
+from tfdist.task import _trains_alone as trains_alone
 from tfdist.launch import watchdog
 # Public here, where users find the launcher; defined beside the processes they concern.
 from tfdist.launch._launcher import GRACE_PERIOD_SECONDS, LaunchError
@@ -76,7 +76,7 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec,
 
   Raises:
     ValueError: empty command, a bad network, ps tasks without a chief, or
-      a bad TFDIST_TRAINS_ALONE (see `tfdist.launch._trains_alone`; a job in which no
+      a bad TFDIST_TRAINS_ALONE (see `tfdist.task._trains_alone`; a job in which no
       two tasks joined a collective is named at its end).
     LaunchError: the command cannot be started (e.g. not found; `CannotStart`).
     private_network.Unavailable: no private network for an all-loopback spec,
@@ -109,7 +109,7 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec,
         f"Received: command={list(command)!r}")
   training = sum(1 for task in spec.tasks() if supervision.trains(spec, task))
   stall_timeout = watchdog.resolve_timeout(options.stall_timeout, training, env)
-  # Where the tasks record building a strategy over the cluster (tfdist.launch._trains_alone).
+  # Where the tasks record building a strategy over the cluster (tfdist.task._trains_alone).
   with trains_alone.joined_folder(env) as joined_dir:
     cluster = supervision.Cluster(command, spec, env, options.output or sys.stdout,
                                   options.grace_period, data_service,

@@ -13,7 +13,12 @@ from typing import Any, Optional, Sequence, TextIO
 
 from tfdist.launch import _launcher as launcher
 from tfdist.launch import _local as local
-from tfdist.launch import _result_channel as result_channel
+from tfdist.task import _result_channel as result_channel
+
+
+def reporting_task(job: launcher.Job) -> str:
+  """The task whose return value comes back: "chief:0", else "worker:0"."""
+  return "chief:0" if launcher.with_coordinator(job)[0].chief else "worker:0"
 
 
 def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief: bool = False,
@@ -31,7 +36,7 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
   task that prints untrusted text cannot make the cell load anything; the
   function's source reaches the tasks in their environment, not their
   command line, which every user of the machine can read with `ps` (see
-  `tfdist.launch._result_channel`).
+  `tfdist.task._result_channel`).
 
   Example:
 
@@ -52,7 +57,7 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
     output: where lines go (default: the cell, i.e. sys.stdout).
     ray: run the tasks on this Ray cluster ("host:port", "auto", "local" to
       start one here, or "" for `RAY_ADDRESS`) instead of this machine; see
-      `tfdist.launch._ray`.
+      `tfdist.launch.ray._launcher`.
 
   Returns:
     A function's return value on the chief (else worker 0); None for a script.
@@ -70,9 +75,9 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
     except (OSError, TypeError) as e:
       raise TypeError(f"Cannot read the source of {name!r}; define it in a cell or a file. "
                       f"Received: {function_or_script!r}") from e
-    command = [sys.executable, "-m", "tfdist.launch._notebook_task"]
+    command = [sys.executable, "-m", "tfdist.task._notebook"]
     env.update({result_channel.FUNCTION_ENV: name, result_channel.SOURCE_ENV: source,
-                result_channel.RESULT_TASK_ENV: result_channel.reporting_task(job)})
+                result_channel.RESULT_TASK_ENV: reporting_task(job)})
   elif isinstance(function_or_script, (str, os.PathLike)):
     command = [sys.executable, os.fspath(function_or_script), *args]
   else:
@@ -86,7 +91,7 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
     if ray is None:
       chosen = local.LocalLauncher(options)
     else:
-      from tfdist.launch import _ray as ray_lib  # pylint: disable=import-outside-toplevel
+      from tfdist.launch.ray import _launcher as ray_lib  # pylint: disable=import-outside-toplevel
       chosen = ray_lib.RayLauncher(options, address=ray or None)
     code = chosen.launch(command, job)
     if code != 0:
@@ -97,7 +102,7 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
 
 
 def ray_launch(function_or_script, *, address: Optional[str] = None, **kwargs) -> Any:
-  """`notebook_launch` on a Ray cluster: every task on its nodes (see `tfdist.launch._ray`).
+  """`notebook_launch` on a Ray cluster: every task on its nodes (see `tfdist.launch.ray._launcher`).
 
   `address` as `tfdist launch --ray` takes it: "host:port", "auto", "local",
   or None for `RAY_ADDRESS`. The other arguments are `notebook_launch`'s.

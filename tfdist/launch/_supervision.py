@@ -26,7 +26,7 @@ import time
 from typing import Callable, Deque, Dict, List, Mapping, Optional
 
 from tfdist import cluster as cluster_lib
-from tfdist import progress
+from tfdist.task import progress
 from tfdist.cluster import _grace as grace
 from tfdist.launch import _data_servers as data_servers
 from tfdist.launch._launcher import LaunchError

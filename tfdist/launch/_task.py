@@ -2,12 +2,12 @@
 
 `tfdist task -- CMD` (in pods and SLURM steps whose platform sets no
 `TF_CONFIG`) and, on each Ray node, `python -m tfdist.launch._task -- CMD`
-(which `tfdist.launch._ray` starts) both run `run`. The cluster and this task
+(which `tfdist.launch.ray._launcher` starts) both run `run`. The cluster and this task
 come from `tfdist.ClusterSpec.from_env()`, which asks each cluster environment
 in turn (`tfdist.cluster.environment`); the command then replaces this process
 with `TF_CONFIG` set, so any TensorFlow program reads it, and tfdist's task
 site first on `PYTHONPATH`, as `tfdist launch` gives its tasks
-(`tfdist.launch._task_keras`). An environment that names a task wrongly is one
+(`tfdist.task._keras`). An environment that names a task wrongly is one
 line, exit 2.
 
 In a job of two or more training tasks the command runs as a child instead,
@@ -27,8 +27,8 @@ from tfdist import cluster as cluster_lib
 from tfdist.cluster import _grace as grace
 from tfdist.launch import _first_failure as first_failure
 from tfdist.launch import _supervision as supervision
-from tfdist.launch import _task_keras as task_keras
-from tfdist.launch import _trains_alone as trains_alone
+from tfdist.task import _keras as task_keras
+from tfdist.task import _trains_alone as trains_alone
 from tfdist.launch import watchdog
 
 

@@ -3,7 +3,7 @@
 One worker blocked in its input pipeline, a hung file system or a lock, and
 every other worker waits in the all-reduce forever (tensorflow/tensorflow#35878).
 Each task reports its progress to a file in a private directory the launcher
-owns (`tfdist.progress`); `StallWatchdog.check` reads them. The watchdog arms
+owns (`tfdist.task.progress`); `StallWatchdog.check` reads them. The watchdog arms
 when a task first reports, as it starts, and watches the whole job: start-up,
 the model's build and the check that compares it across workers, each step,
 evaluation, the exit. A stall is no new report from any task within the limit:
@@ -24,7 +24,7 @@ threads (SIGUSR1, `faulthandler`), and `culprit()` names the task to look at:
 one with a thread in code of its own rather than inside TensorFlow (a task
 waiting in a collective sits in TensorFlow), else the one furthest behind.
 At the end `step_summary()` is every task's table of step times and input
-waits from the same directory (`tfdist.progress`), with the straggler named.
+waits from the same directory (`tfdist.task.progress`), with the straggler named.
 
 Example:
 
@@ -43,9 +43,9 @@ import tempfile
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
-from tfdist import _step_times as step_times
+from tfdist.task import _step_times as step_times
 from tfdist import _variables as variables
-from tfdist import progress
+from tfdist.task import progress
 
 logger = logging.getLogger("tfdist")
 # Seconds without a step anywhere before a job is stalled, unless told.
@@ -341,7 +341,7 @@ def where(task: str, stacks: str) -> str:
 def step_summary(directory: str) -> Optional[str]:
   """Every training task's steps in `directory`, as a table, and the straggler if one stands out.
 
-  The tasks' rows (`tfdist.progress` writes them once a second and when
+  The tasks' rows (`tfdist.task.progress` writes them once a second and when
   training ends): steps, then milliseconds per step, median and p95, of the
   step and of its input wait. None when no task trained. A launcher calls it
   at the job's end, before removing the directory.
@@ -396,7 +396,7 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
   ends (a SLURM job's records folder, which its nodes share); the command's
   chief reads the other tasks' rows there at each epoch's end. Without one
   (pods), each task's row goes to TensorFlow's coordination service, where
-  the chief reads it (`tfdist.progress.STEPS_PUBLISHED_ENV`; "0" in `env` turns
+  the chief reads it (`tfdist.task.progress.STEPS_PUBLISHED_ENV`; "0" in `env` turns
   that off).
   """
   directory = make_directory()

@@ -58,7 +58,7 @@ import tensorflow as tf
 
 from tfdist import _variables as variables
 import tfdist
-from tfdist import progress
+from tfdist.task import progress
 from tfdist.internals import strategy_scope
 from tfdist.internals import tensorflow as tf_internals
 

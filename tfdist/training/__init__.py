@@ -37,7 +37,7 @@ __all__ = list(_SUBMODULES) + list(_FUNCTIONS) + ["step_done"]
 
 def __getattr__(name):
   if name == "step_done":  # A custom loop's one call for the launcher's stall watchdog.
-    return importlib.import_module("tfdist.progress").step_done
+    return importlib.import_module("tfdist.task.progress").step_done
   if name in _FUNCTIONS:
     return getattr(importlib.import_module(f"{__name__}.{_FUNCTIONS[name]}"), name)
   if name not in _SUBMODULES:

@@ -18,7 +18,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Type
 import tensorflow as tf
 
 from tfdist import _folders as folders
-from tfdist import progress
+from tfdist.task import progress
 from tfdist import _keras_support as keras_support
 from tfdist import _registry as registry
 from tfdist.internals import tensorflow as tf_internals
@@ -360,7 +360,7 @@ class Loop:
     self._start_fit(dataset, steps_per_epoch,
                     (int(self.input_iterators.numpy()), int(self.input_batches.numpy())))
     # Under a launch: the next step may compile, and a peer waiting in the check of what
-    # every worker builds learns how many variables this task made (tfdist.progress).
+    # every worker builds learns how many variables this task made (tfdist.task.progress).
     progress.training_begins()
     try:
       with self._sigterm_checks():

@@ -10,7 +10,7 @@ from typing import Dict, Optional, Tuple
 
 import tensorflow as tf
 
-from tfdist import progress
+from tfdist.task import progress
 from tfdist.data import replay
 from tfdist.training.loop import _runner as runner
 

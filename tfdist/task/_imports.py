@@ -1,6 +1,6 @@
 """Running a function right after a module first executes, for the tasks `tfdist launch` starts.
 
-The task site (`tfdist.launch._task_keras`) runs before the user's script,
+The task site (`tfdist.task._keras`) runs before the user's script,
 which may never import TensorFlow or Keras; what tfdist enables in them waits
 for their import, so a process that never imports them loads nothing. A hook
 waits until the module executes: a bare `importlib.util.find_spec` (TensorFlow

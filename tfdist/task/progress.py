@@ -13,7 +13,7 @@ the launcher's user can read (mode 0700). The task site calls
 - keeps its recent step times and input waits, and writes their median and
   p95 to `<dir>/<task>.steps` once a second and at each epoch's end; at each
   epoch's end the chief names a task markedly slower than the others in its
-  log (`tfdist._step_times`). Where the tasks share no folder (Kubernetes
+  log (`tfdist.task._step_times`). Where the tasks share no folder (Kubernetes
   pods: `STEPS_PUBLISHED_ENV`), each task also publishes its row in
   TensorFlow's coordination service, where the chief reads it.
 
@@ -68,7 +68,7 @@ import threading
 import time
 from typing import Any, Mapping, Optional, Tuple
 
-from tfdist import _step_times as step_times
+from tfdist.task import _step_times as step_times
 from tfdist import _variables as variables
 from tfdist import output
 

@@ -93,7 +93,7 @@ def parse_resources(specs: Sequence[str]) -> Dict[str, Dict[str, float]]:
     task_type, _, pairs = spec.partition(":")
     amounts = {}
     try:
-      if task_type not in cluster_lib.TASK_TYPES + SERVER_TYPES or not pairs:
+      if task_type not in spec_lib.TASK_TYPES + SERVER_TYPES or not pairs:
         raise ValueError
       for pair in pairs.split(","):
         name, equals, amount = (part.strip() for part in pair.partition("="))
@@ -103,7 +103,7 @@ def parse_resources(specs: Sequence[str]) -> Dict[str, Dict[str, float]]:
     except ValueError:
       raise ValueError(
           f"A task type's Ray resources must be TYPE:NAME=AMOUNT[,NAME=AMOUNT...], TYPE one "
-          f"of {list(cluster_lib.TASK_TYPES + SERVER_TYPES)}, AMOUNT a number >= 0 (suffixes K M G T Ki Mi "
+          f"of {list(spec_lib.TASK_TYPES + SERVER_TYPES)}, AMOUNT a number >= 0 (suffixes K M G T Ki Mi "
           f"Gi Ti), e.g. 'worker:GPU=2,memory=8Gi'. Received: {spec!r}") from None
     parsed.setdefault(task_type, {}).update(amounts)
   return parsed
@@ -138,7 +138,7 @@ def cluster_spec(tasks: Sequence[cluster_lib.TaskSpec],
   """The `ClusterSpec` of `tasks` at `addresses` (in the same order)."""
   jobs: Dict[str, List[str]] = {}
   for task, address in zip(tasks, addresses):
-    if address is not None and task.type in cluster_lib.CLUSTER_TASK_TYPES:
+    if address is not None and task.type in spec_lib.CLUSTER_TASK_TYPES:
       jobs.setdefault(task.type, []).append(address)
   return cluster_lib.ClusterSpec(
       jobs, has_evaluator=any(t.type == cluster_lib.EVALUATOR for t in tasks))

@@ -9,7 +9,7 @@ starts gets, deliberately:
 
 - `TF_USE_LEGACY_KERAS` for the chosen Keras: "tf_keras" (the default, under
   which `tf.keras` code trains with every strategy) or "keras3";
-- tfdist's `task_site` folder first on PYTHONPATH: its `sitecustomize` enables
+- tfdist's task site folder (`tfdist/task/site`) first on PYTHONPATH: its `sitecustomize` enables
   `tfdist.internals.keras` the moment Keras 3's TensorFlow trainer is
   imported, so `import keras` code trains under multi-worker
   MultiWorkerMirroredStrategy too, without importing tfdist. It patches nothing
@@ -17,7 +17,7 @@ starts gets, deliberately:
   imported, their own BackupAndRestore, ModelCheckpoint and TensorBoard
   write once, from the chief, and BackupAndRestore resumes at the batch it
   backed up (`enable_keras3_callbacks_on_import`); and a task that would
-  train alone is told so (`tfdist.launch._trains_alone`).
+  train alone is told so (`tfdist.task._trains_alone`).
 
 The choice: explicit > `TF_USE_LEGACY_KERAS` already in the environment > tf_keras.
 """
@@ -26,11 +26,11 @@ import os
 from typing import Dict, Mapping, Optional
 
 from tfdist import _keras_support as keras_support
-from tfdist.launch import _task_imports as task_imports
+from tfdist.task import _imports as task_imports
 
 LEGACY_KERAS_ENV = keras_support.LEGACY_KERAS_ENV
 KERAS_CHOICES = (keras_support.TF_KERAS, keras_support.KERAS3)
-SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "task_site")
+SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
 
 _TRUE, _FALSE = ("1", "true", "True", "TRUE"), ("0", "false", "False", "FALSE", "")
 

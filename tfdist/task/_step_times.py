@@ -2,10 +2,10 @@
 
 One kind of row (`TaskSteps`), one `table` and one `straggler`, from two
 readers: the rows tasks write while they train (`read`, `from_text`), and the
-rows of `tfdist launch --profile`'s traces (`tfdist.launch._profile_summary.read`),
+rows of `tfdist launch --profile`'s traces (`tfdist.task._profile_summary.read`),
 which also know each task's wait in the collectives.
 
-A launched task (`tfdist.progress`) keeps its last `WINDOW` step times and
+A launched task (`tfdist.task.progress`) keeps its last `WINDOW` step times and
 input waits, and every `WRITE_SECONDS` (and at each epoch's end and the end of
 training) writes their median and p95 to `<task>.steps` beside its progress
 file. At each epoch's end the chief compares the tasks that ran the steps it

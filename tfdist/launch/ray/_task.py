@@ -1,4 +1,4 @@
-"""One task of `tfdist launch --ray`, from this machine: `python -m tfdist.launch._ray_task -- CMD`.
+"""One task of `tfdist launch --ray`, from this machine: `python -m tfdist.launch.ray._task -- CMD`.
 
 `tfdist launch --ray` runs this in place of each task's command, with the
 task's TF_CONFIG and the placement group the launcher reserved. It starts a
@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-from tfdist.launch import _ray as ray_launch
+from tfdist.launch.ray import _launcher as ray_launch
 
 
 def main(argv) -> int:

@@ -1,7 +1,7 @@
 """Kubernetes manifests for a TF cluster: a Kubeflow TFJob, or plain Indexed Jobs.
 
 (JobSets and Kubeflow Trainer v2 TrainJobs, which restart a whole job from its
-backup: `tfdist.launch._jobset`.)
+backup: `tfdist.launch.kubernetes._jobset`.)
 
 Both come from the same task counts, and `pod_tf_configs` tells what TF_CONFIG
 each pod gets, so that a test (or a curious user) can check them without a cluster.
@@ -49,7 +49,7 @@ restarts (not the pod's move to another node: mount a volume of yours
 there for that). Delete the StatefulSets when training is done: servers
 never finish by themselves.
 
-Every kind is closed and hardened (`tfdist.launch._pod_security`): each pod
+Every kind is closed and hardened (`tfdist.launch.kubernetes._pod_security`): each pod
 carries the label `tfdist/job: <name>`, a NetworkPolicy admits ingress to
 them only from pods of the same job (`network_policy=False`,
 `--network_policy=none`, leaves it out), and every container runs under the
@@ -75,9 +75,10 @@ from tfdist import _variables as variables
 from tfdist.cluster import _data_service as data_service_lib
 from tfdist.cluster import _kubernetes as kubernetes_environment
 from tfdist import cluster as cluster_lib
+from tfdist.cluster import _spec as spec_lib
 from tfdist.launch import _launcher as launcher_lib
-from tfdist.launch import _pod_security as pod_security
-from tfdist.launch import _task_keras as task_keras
+from tfdist.launch.kubernetes import _pod_security as pod_security
+from tfdist.task import _keras as task_keras
 
 PORT = 2222  # The port the TFJob operator uses; kept the same for Indexed Jobs.
 # Pods of a job are scheduled, pulled and restarted minutes apart on a busy
@@ -97,8 +98,8 @@ TASK = ["python", "-m", "tfdist", "task", "--"]
 
 def counts(workers: int, ps: int, chief: bool) -> Dict[str, int]:
   """Task type -> count, for the types the job has; raises ValueError for a bad count."""
-  cluster_lib.check_task_count("workers", workers, 1)
-  cluster_lib.check_task_count("ps", ps, 0)
+  spec_lib.check_task_count("workers", workers, 1)
+  spec_lib.check_task_count("ps", ps, 0)
   counts = {cluster_lib.CHIEF: int(bool(chief)), cluster_lib.WORKER: workers,
             cluster_lib.PS: ps}
   return {job: n for job, n in counts.items() if n}
@@ -128,7 +129,7 @@ class ManifestOptions:
   def __post_init__(self):
     _check_name_and_image(self.name, self.image)
     pod_security.check_run_as_user(self.run_as_user)
-    cluster_lib.check_task_count("max_restarts", self.max_restarts, 0)
+    spec_lib.check_task_count("max_restarts", self.max_restarts, 0)
 
 
 def check(command: Sequence[str]) -> None:
@@ -392,7 +393,7 @@ def to_yaml(docs: List[dict]) -> str:
   return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-# tfdist.launch._jobset adds "jobset" and "trainjob", which restart the whole job.
+# tfdist.launch.kubernetes._jobset adds "jobset" and "trainjob", which restart the whole job.
 MANIFESTS = {"tfjob": tfjob, "indexed": indexed_jobs}
 
 

@@ -1,4 +1,4 @@
-"""One task of `notebook_launch`: `python -m tfdist.launch._notebook_task`.
+"""One task of `notebook_launch`: `python -m tfdist.task._notebook`.
 
 Runs the function `TFDIST_FUNCTION` defined in `TFDIST_FUNCTION_SOURCE` (a
 notebook cell's function, from its source: tasks are fresh processes; the
@@ -14,7 +14,7 @@ import os
 import pickle
 import sys
 
-from tfdist.launch import _result_channel as result_channel
+from tfdist.task import _result_channel as result_channel
 
 
 def main(argv) -> int:

@@ -1,4 +1,4 @@
-"""tfdist.launch._result_channel: a process's result comes back through a file only this launch made.
+"""tfdist.task._result_channel: a process's result comes back through a file only this launch made.
 
 The pickled results of function launches are tested end to end in
 tests/launch/test_notebook.py (a forged output line loads nothing) and
@@ -10,7 +10,7 @@ import stat
 import subprocess
 import sys
 
-from tfdist.launch import _result_channel as result_channel
+from tfdist.task import _result_channel as result_channel
 
 
 def _write_json(code):

@@ -1,4 +1,4 @@
-"""tfdist.launch._trains_alone: a task that would train alone under a multi-worker TF_CONFIG is told so."""
+"""tfdist.task._trains_alone: a task that would train alone under a multi-worker TF_CONFIG is told so."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import helpers
 from tfdist import cluster as cluster_lib
 from tfdist import launch as launch_lib
 from tfdist.launch import _local as local
-from tfdist.launch import _trains_alone as trains_alone
+from tfdist.task import _trains_alone as trains_alone
 
 # Version-sensitive: `make test-versions` runs it on the oldest and newest supported TensorFlow too.
 pytestmark = pytest.mark.versions

@@ -1,7 +1,7 @@
 """Per task, from `tfdist launch --profile`'s traces: step time, input wait, time in collectives.
 
 Each task's run under the profile directory holds one trace; `read` makes a
-`tfdist._step_times.TaskSteps` row of it, the rows tasks write while they
+`tfdist.task._step_times.TaskSteps` row of it, the rows tasks write while they
 train, with their wait in the collectives besides. In a synchronous job every
 task's step lasts as long as the slowest's: the others wait in the
 collectives. So the task to look at is the one that waits least there, and
@@ -19,8 +19,8 @@ import os
 import signal
 from typing import List
 
-from tfdist import _step_times as step_times
-from tfdist import progress
+from tfdist.task import _step_times as step_times
+from tfdist.task import progress
 
 
 def read(profile_dir: str) -> List[step_times.TaskSteps]:

@@ -169,7 +169,7 @@ def install() -> None:
   """Watches strategies and `fit` once TensorFlow and a Keras are imported (for the task site)."""
   if cluster_task() is None:
     return  # Nothing can train alone here: leave every import as it is.
-  from tfdist.launch import _task_imports as task_imports
+  from tfdist.task import _imports as task_imports
 
   def tensorflow_loaded(module):
     from tfdist.internals import strategy_watch

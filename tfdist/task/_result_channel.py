@@ -8,7 +8,7 @@ of untrusted data). So the launch makes a folder only its user can enter
 (`tempfile.mkdtemp`, mode 0700), tells the reporting task alone where to
 write (`RESULT_FILE_ENV`), and reads that file only after the job succeeded.
 On Ray the task's node makes its own such folder and the bytes come back in
-Ray's object store (`tfdist.launch._ray.TaskProcess.result`).
+Ray's object store (`tfdist.launch.ray._launcher.TaskProcess.result`).
 
 The function's source reaches the tasks in their environment (readable by
 their user only), never in argv, which `ps` shows to every user of a node.
@@ -34,18 +34,12 @@ import tempfile
 from typing import Any, Callable, Iterator, Optional, Tuple
 
 from tfdist import _variables as variables
-from tfdist.launch import _launcher as launcher
 
 FUNCTION_ENV = variables.FUNCTION  # The function's name...
 SOURCE_ENV = variables.FUNCTION_SOURCE  # ...and the source that defines it.
 RESULT_TASK_ENV = variables.RESULT_TASK  # The task that reports: "chief:0" or "worker:0".
 RESULT_FILE_ENV = variables.RESULT_FILE  # Where it writes, in a folder made for this launch.
 NAME = "result.pickle"  # The file, in its folder.
-
-
-def reporting_task(job: launcher.Job) -> str:
-  """The task whose return value comes back: "chief:0", else "worker:0"."""
-  return "chief:0" if launcher.with_coordinator(job)[0].chief else "worker:0"
 
 
 @contextlib.contextmanager

@@ -1,10 +1,10 @@
-"""tfdist.launch._task_imports: a function runs right after a module first executes, once."""
+"""tfdist.task._imports: a function runs right after a module first executes, once."""
 
 import importlib
 import importlib.util
 import sys
 
-from tfdist.launch import _task_imports as task_imports
+from tfdist.task import _imports as task_imports
 
 
 def test_a_bare_find_spec_leaves_the_hook_waiting_for_the_import(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""tfdist.launch._task_keras: scripts that never import tfdist train under `tfdist launch`."""
+"""tfdist.task._keras: scripts that never import tfdist train under `tfdist launch`."""
 
 import os
 import re
@@ -7,8 +7,8 @@ import pytest
 
 import helpers
 from tfdist.launch import Job
-from tfdist.launch import _kubernetes as kubernetes
-from tfdist.launch import _task_keras as task_keras
+from tfdist.launch.kubernetes import _manifests as kubernetes
+from tfdist.task import _keras as task_keras
 
 TUTORIAL = f"{helpers.SCRIPTS}/user/tutorial_mwms.py"
 

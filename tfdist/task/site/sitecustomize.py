@@ -1,9 +1,9 @@
-"""Imported by every Python task `tfdist launch` starts (see tfdist.launch._task_keras).
+"""Imported by every Python task `tfdist launch` starts (see tfdist.task._keras).
 
 Enables tfdist's Keras 3 multi-worker workaround when, and only when, the task
 imports Keras 3's TensorFlow trainer (`tfdist.internals.keras`), chief-only
 writes for Keras 3's own callbacks when it imports them, and the trains-alone
-check (`tfdist.launch._trains_alone`) when it imports TensorFlow; then hands
+check (`tfdist.task._trains_alone`) when it imports TensorFlow; then hands
 over to the sitecustomize this one shadows, if there is one.
 """
 
@@ -14,21 +14,21 @@ import sys
 
 try:
   from tfdist.internals import keras as keras_internals
-  from tfdist.launch import _task_keras as task_keras
-  from tfdist.launch import _trains_alone as trains_alone
+  from tfdist.task import _keras as task_keras
+  from tfdist.task import _trains_alone as trains_alone
 except ImportError:  # A task run by a Python without tfdist: nothing to enable.
   keras_internals = None
 if keras_internals is not None:
-  from tfdist.launch import _task_imports as task_imports
+  from tfdist.task import _imports as task_imports
   task_imports.after_import(keras_internals.TRAINER_MODULE,
                             lambda _: keras_internals.enable_multi_worker())
   # Keras 3's own callbacks write once; a task that would train alone is told so.
   task_keras.enable_keras3_callbacks_on_import()
   trains_alone.install()
-  # The launcher's stall watchdog: steps and stacks of this task (tfdist.progress),
+  # The launcher's stall watchdog: steps and stacks of this task (tfdist.task.progress),
   # every Keras `fit` reporting them once either Keras is imported.
   from tfdist.internals import fit_callbacks
-  from tfdist import progress
+  from tfdist.task import progress
   if progress.install_from_env():
     for _name in fit_callbacks.KERAS_MODULES:
       task_imports.after_import(_name, lambda _: fit_callbacks.enable_fit_callbacks(

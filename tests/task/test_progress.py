@@ -1,4 +1,4 @@
-"""tfdist.progress: a task's steps in its progress file, its stacks on SIGUSR1, the profile's steps."""
+"""tfdist.task.progress: a task's steps in its progress file, its stacks on SIGUSR1, the profile's steps."""
 
 import json
 import logging
@@ -10,13 +10,13 @@ import threading
 import pytest
 
 import helpers
-from tfdist import progress
+from tfdist.task import progress
 
 
 def test_the_steps_reach_the_file_the_launcher_reads_and_stacks_come_on_sigusr1(tmp_path):
   code = (
       "import os, signal, time\n"
-      "from tfdist import progress\n"
+      "from tfdist.task import progress\n"
       "directory = os.environ['TFDIST_PROGRESS_DIR']\n"
       "assert progress.install_from_env() and 'TFDIST_PROGRESS_DIR' not in os.environ\n"
       "for _ in range(3): time.sleep(0.01); progress.step_done()\n"
@@ -56,7 +56,7 @@ def test_the_input_stamp_keeps_every_element_replays_and_times_the_input_wait(tm
   code = (
       "import json, os, time\n"
       "import tensorflow as tf\n"
-      "from tfdist import progress\n"
+      "from tfdist.task import progress\n"
       "from tfdist.data import replay\n"
       "outside = tf.data.Dataset.range(2)\n"
       "assert progress.stamped_input(outside) is outside  # Outside a launch: as it is.\n"
@@ -129,7 +129,7 @@ def test_a_summary_that_fails_warns_and_training_goes_on(tmp_path, monkeypatch):
 def _chief_at_epoch_end(tmp_path, monkeypatch, steps, rows, later=None):
   """The lines the chief logs at an epoch's end after `steps` steps, with `rows` in its
   folder, and `later` rows written there 0.2 s after the epoch ended; how many reads."""
-  from tfdist import _step_times as step_times
+  from tfdist.task import _step_times as step_times
 
   def write(row):
     path = tmp_path / (row.task.replace(":", "-") + step_times.STEPS_SUFFIX)
@@ -159,7 +159,7 @@ def _chief_at_epoch_end(tmp_path, monkeypatch, steps, rows, later=None):
 
 def test_the_chief_waits_for_the_rows_of_the_steps_it_ran_before_naming_anyone(
     tmp_path, monkeypatch):
-  from tfdist import _step_times as step_times
+  from tfdist.task import _step_times as step_times
   chief = step_times.summarize("worker:0", 20, [0.05] * 20)
   # worker:1's row of a second ago: its first 8 steps, slower while warming up. Its row of
   # these 20 steps comes as its epoch ends, just after the chief's. Before, worker:1 was
@@ -187,7 +187,7 @@ def test_the_chief_waits_for_the_rows_of_the_steps_it_ran_before_naming_anyone(
 def test_the_chief_names_a_straggler_whose_row_is_in_the_shared_folder(tmp_path):
   # Under `tfdist task` on SLURM each task has a progress directory of its own; the
   # wrappers copy their rows to the job's records folder, where the chief reads them.
-  from tfdist import _step_times as step_times
+  from tfdist.task import _step_times as step_times
   own, shared = tmp_path / "own", tmp_path / "shared"
   own.mkdir()
   shared.mkdir()
@@ -197,7 +197,7 @@ def test_the_chief_names_a_straggler_whose_row_is_in_the_shared_folder(tmp_path)
       step_times.summarize("worker:0", 1, [9.0], [9.0])))
   code = (
       "import time\n"
-      "from tfdist import progress\n"
+      "from tfdist.task import progress\n"
       "assert progress.install_from_env()\n"
       "progress.boundary()\n"
       "for _ in range(20): time.sleep(0.05); progress.step_done()\n"

@@ -1,7 +1,7 @@
 """Submitting a tfdist job to SLURM with sbatch, and waiting for it.
 
 `submit_and_wait(["python", "train.py"], ntasks=2)` renders the sbatch template
-(`tfdist/launch/templates/slurm.sbatch`; `launch/slurm/tfdist.sbatch`, where
+(`tfdist/launch/slurm/templates/slurm.sbatch`; `launch/slurm/tfdist.sbatch`, where
 users read and copy it, is a link to it, checked by a test), submits it,
 streams the job's output as it grows, and returns the job's exit code. The
 script it submits runs
@@ -18,7 +18,7 @@ job of two or more training tasks watches its steps for stalls beside it
 (`tfdist.launch.watchdog.watch_task`; `--stall_timeout` reaches it as
 `TFDIST_STALL_TIMEOUT`): a stalled task prints its stacks and where it is,
 and exits 3, which ends the step. At the end the launch says when no two
-tasks ever joined a collective (`tfdist.launch._trains_alone`; the tasks
+tasks ever joined a collective (`tfdist.task._trains_alone`; the tasks
 leave their records in a folder of the job's work directory, which its nodes
 share, as they share the job's output). A job of one task runs its command
 as it is.
@@ -48,7 +48,7 @@ from tfdist.cluster import _slurm as slurm_cluster
 from tfdist.launch import _exposure as exposure
 from tfdist.launch import _first_failure as first_failure
 from tfdist.launch import _launcher as launcher_lib
-from tfdist.launch import _trains_alone as trains_alone
+from tfdist.task import _trains_alone as trains_alone
 from tfdist.launch import watchdog
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates", "slurm.sbatch")
@@ -270,7 +270,7 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
 
   Returns:
     The job's exit code; 124 after `timeout`; TRAINS_ALONE_EXIT_CODE of
-    `tfdist.launch._trains_alone` for a job that passed although no two tasks
+    `tfdist.task._trains_alone` for a job that passed although no two tasks
     joined a collective, under TFDIST_TRAINS_ALONE=error.
 
   Raises:

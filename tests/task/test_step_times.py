@@ -1,4 +1,4 @@
-"""tfdist._step_times: each task's step time and input wait, median and p95; the straggler named."""
+"""tfdist.task._step_times: each task's step time and input wait, median and p95; the straggler named."""
 
 import dataclasses
 import json
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tfdist import _step_times as step_times
+from tfdist.task import _step_times as step_times
 
 
 def _row(task, step, wait, steps=50):
@@ -148,7 +148,7 @@ def test_rows_from_another_machine_are_kept_only_as_their_own_tasks():
 
 
 def _profiled(task, step_ms, input_ms, collectives_ms, steps=3):
-  """A row as `tfdist.launch._profile_summary.read` makes it from a task's trace."""
+  """A row as `tfdist.task._profile_summary.read` makes it from a task's trace."""
   step, wait = step_ms / 1000, input_ms / 1000
   return step_times.TaskSteps(task, steps, step, None, input_median=wait,
                               input_share=wait / step, step_mean=step,

@@ -4,11 +4,11 @@ Ray runs the processes; tfdist builds the TensorFlow cluster and supervises it
 as it does locally. The launcher reserves one placement-group bundle per task
 (chief, workers, ps, evaluator, and the tf.data service's servers), asks each
 bundle's node for its address and a free port there
-(`tfdist.launch._ray_placement`), builds the `ClusterSpec` and every task's
+(`tfdist.launch.ray._placement`), builds the `ClusterSpec` and every task's
 `TF_CONFIG` from them, and then runs the same supervision as `tfdist launch` on one machine
 (`tfdist.launch._supervision`): the restart rules, `--timeout`, `--grace_period`
 and the `[worker:1]` prefixes. Each task there is a small local process
-(`python -m tfdist.launch._ray_task`) that starts a Ray actor in the task's bundle;
+(`python -m tfdist.launch.ray._task`) that starts a Ray actor in the task's bundle;
 the actor starts the user's command on its node, in its own process group, and
 hands its lines and exit code back. Nothing of the job outlives the launcher:
 
@@ -42,7 +42,7 @@ import threading
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
-from tfdist import _step_times as step_times
+from tfdist.task import _step_times as step_times
 from tfdist import _variables as variables
 from tfdist import cluster as cluster_lib
 from tfdist.cluster import _data_service as data_service_lib
@@ -50,13 +50,13 @@ from tfdist.cluster import _elastic as elastic
 from tfdist.launch import _data_servers as data_servers
 from tfdist.launch import _exposure as exposure
 from tfdist.launch import _launcher as launcher_lib
-from tfdist.launch import _ray_placement as ray_placement
-from tfdist.launch import _result_channel as result_channel
+from tfdist.launch.ray import _placement as ray_placement
+from tfdist.task import _result_channel as result_channel
 from tfdist.launch import _supervision as supervision
-from tfdist.launch import _trains_alone as trains_alone
+from tfdist.task import _trains_alone as trains_alone
 from tfdist.launch import watchdog
 # Public here, where users of the launcher look; defined beside the placement.
-from tfdist.launch._ray_placement import RayUnavailable, parse_resources
+from tfdist.launch.ray._placement import RayUnavailable, parse_resources
 
 logger = logging.getLogger("tfdist")
 
@@ -183,7 +183,7 @@ def forwarded(environ: Mapping[str, str]) -> Dict[str, str]:
 class TaskProcess:
   """A Ray actor that runs one task's command on its node and hands back its lines.
 
-  Made by `tfdist.launch._ray_task` (`ray.remote(TaskProcess)`), which polls `read`.
+  Made by `tfdist.launch.ray._task` (`ray.remote(TaskProcess)`), which polls `read`.
   """
 
   def __init__(self):
@@ -270,7 +270,7 @@ class TaskProcess:
     return [step_times.to_text(row) for row in step_times.read(self._joined_folder)]
 
   def joined(self) -> Tuple[List[str], List[str]]:
-    """The task's records of joining a collective (`tfdist.launch._trains_alone`), and its rows
+    """The task's records of joining a collective (`tfdist.task._trains_alone`), and its rows
     of step times, as text; the folder is removed here."""
     if self._joined_folder is None:
       return [], []
@@ -343,7 +343,7 @@ def run_task(address: str, command: Sequence[str], environ: Mapping[str, str],
   named to report has its result carried back in Ray's object store (its
   node may be another machine) into the file the launcher made for it, and
   every task's records of joining a collective into the launcher's folder
-  (`tfdist.launch._trains_alone`).
+  (`tfdist.task._trains_alone`).
   """
   ray = import_ray()
   ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
@@ -607,7 +607,7 @@ class _Cluster(supervision.Cluster):
     super().__init__(command, placement.spec(), env, output, grace_period,
                      placement.data_service(data_work_dir))
     self.placement, self.data_work_dir = placement, data_work_dir
-    self.prefix = [sys.executable, "-m", "tfdist.launch._ray_task", "--"]
+    self.prefix = [sys.executable, "-m", "tfdist.launch.ray._task", "--"]
     self.next_look = 0.0
 
   def prepare_attempt(self) -> None:

@@ -24,7 +24,7 @@ TrainJob every pod shares one template, so any pod's loss restarts the
 whole job. With ps tasks the JobSet succeeds when the chief (and the
 evaluator) do: ps and workers stop serving when the chief is done.
 
-Both are closed and hardened as every kind is (`tfdist.launch._pod_security`):
+Both are closed and hardened as every kind is (`tfdist.launch.kubernetes._pod_security`):
 a NetworkPolicy admits the job's own pods only, on ports 2222 up to 2222 +
 tasks - 1. The runtime's pod template carries the restricted profile (any
 TrainJob's pods); a TrainJob adds its job label and `run_as_user` through
@@ -43,9 +43,9 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from tfdist import cluster as cluster_lib
 from tfdist.cluster import _jobset as jobset_environment
-from tfdist.launch import _kubernetes as kubernetes
+from tfdist.launch.kubernetes import _manifests as kubernetes
 from tfdist.launch import _launcher as launcher_lib
-from tfdist.launch import _pod_security as pod_security
+from tfdist.launch.kubernetes import _pod_security as pod_security
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
