@@ -33,6 +33,12 @@ from more or fewer times than the epochs (counted by the job itself, in its
 checkpoint), against the same job run without faults where the guarantee is
 not exactly once, and, for the exactly-once job, its weights against the same
 training never interrupted.
+
+A fault that lands as the job finishes (the job ended whole before the
+launcher's restart line or its next step showed) counts as survived, its
+time until the launcher exited. A fault that could not be injected (its
+process was not found, or the job ended before its step came) ends the soak
+with an error: no run passes with a fault left out.
 """
 
 import collections
@@ -161,6 +167,7 @@ def run_job(mode, targets, kinds, total_steps, start):
              f"--examples={_EXAMPLES.value}", f"--epochs={_EPOCHS.value}"]
   first = re.escape(f"[{FIRST_TASK[mode]}] ")
   faults, addresses, left_over, servers = [], set(), [], {}
+  not_found = None  # The step at which the next fault's process was last looked for in vain.
   step, pending = -1, None  # The job's step; the fault waiting for the job to come back.
   launch = Launch(command)
   launches = 1
@@ -190,9 +197,11 @@ def run_job(mode, targets, kinds, total_steps, start):
           pending["seconds"] = when - pending["at"]
           faults.append(pending)
         if len(faults) < len(targets):  # Never a silent pass with a fault left out.
+          why = (f"found no process to signal (last looked for at step {not_found})"
+                 if not_found is not None else "was injected: the fault before it was still "
+                 "pending")
           raise SystemExit(f"chaos soak ({mode}): the job ended at step {step} before "
-                           f"{kinds[len(faults)]} (at step {targets[len(faults)]}) found "
-                           "its process")
+                           f"{kinds[len(faults)]} (at step {targets[len(faults)]}) {why}")
         break
       if pending is None or pending["kind"] not in ("sigterm_launcher", "sigkill_launcher"):
         raise SystemExit(f"chaos soak: tfdist launch ended with {code} unasked, at step {step}")
@@ -240,8 +249,9 @@ def run_job(mode, targets, kinds, total_steps, start):
       else:
         pid = launch.process.pid
       if pid is None:
-        pending = None
+        pending, not_found = None, step
         continue
+      not_found = None
       os.kill(pid, signal.SIGTERM if kind == "sigterm_launcher" else signal.SIGKILL)
   ports_open = sorted(a for a in addresses if preflight.reachable(a, timeout=0.5))
   for fault in faults:

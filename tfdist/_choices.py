@@ -50,7 +50,8 @@ class StrategyTraits:
   the weights, kept equal by all-reduce (what local SGD lets drift between
   syncs); central storage keeps one copy on the CPU. `keras3_fit`: one of
   KERAS3_SUPPORT. `choices`: (option, its values) for each option of the
-  builder that users choose by name (`tfdist train` offers each as a flag).
+  builder that users choose by name; `tfdist train` offers each as a flag of
+  the same name, which a new one needs (tests/cli/test_train.py holds them equal).
   """
 
   name: str

@@ -57,7 +57,6 @@ def _cells():
 
 # (strategy, label, workers, ps tasks) of each cell, from the strategies' traits.
 CELLS = tuple((traits.name, label, workers, ps) for traits, label, workers, ps in _cells())
-STRATEGIES = tuple(label for _, label, _, _ in CELLS)
 
 
 def _support():

@@ -48,8 +48,12 @@ def test_each_option_users_choose_by_name_is_a_flag_with_its_values():
 def test_diloco_s_outer_optimizer_without_sync_every_is_refused_by_name():
   result = helpers.run(helpers.tfdist_cli("train", "--outer_optimizer=nesterov"), timeout=60)
   assert result.returncode == 1, result.stdout[-2000:]
-  assert ("flags outer_optimizer=nesterov, sync_every=0: --outer_optimizer is DiLoCo's outer "
-          "step every --sync_every steps, and needs --sync_every.") in result.stdout
+  assert ("flags outer_optimizer=nesterov, outer_learning_rate=0.7, outer_momentum=0.9, "
+          "sync_every=0: --outer_optimizer, --outer_learning_rate and --outer_momentum are "
+          "DiLoCo's outer step every --sync_every steps, and need --sync_every.") in result.stdout
+  # Another of them, alone: refused the same way, not ignored.
+  result = helpers.run(helpers.tfdist_cli("train", "--outer_momentum=0.5"), timeout=60)
+  assert result.returncode == 1 and "outer_momentum=0.5, sync_every=0" in result.stdout
 
 
 @pytest.mark.slow

@@ -84,7 +84,7 @@ for name, library in (("tf_keras", tfdist.keras), ("keras3", keras)):
   reference = compiled(library, tf.distribute.get_strategy())
   reference.fit(data, epochs=1, verbose=0)
   synchronous = tfdist.training.local_sgd(compiled(library, strategy),
-                                                tfdist.training.LocalSGDOptions(1))
+                                          tfdist.training.LocalSGDOptions(1))
   synchronous.fit(data, epochs=1, verbose=0)
   diloco = tfdist.training.local_sgd(compiled(library, strategy), tfdist.training.LocalSGDOptions(
       3, outer_optimizer="nesterov"))

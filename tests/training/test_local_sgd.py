@@ -316,6 +316,10 @@ def test_refusals_name_the_field_and_the_value():
     Options(2, outer_optimizer="nesterov", outer_learning_rate=0.0)
   with pytest.raises(ValueError, match=r"`outer_momentum` must be in \[0, 1\).*=1.0"):
     Options(2, outer_optimizer="nesterov", outer_momentum=1.0)
+  # Plain local SGD averages: a learning rate or momentum given with it would be ignored.
+  with pytest.raises(ValueError, match=r"`outer_learning_rate` is for outer_optimizer='nesterov'.*"
+                                       r"Received: outer_learning_rate=0.5, outer_optimizer='none'"):
+    Options(2, outer_learning_rate=0.5)
   # The options are one value, not its fields: the old keyword call is named.
   with pytest.raises(TypeError, match=r"LocalSGDOptions\(sync_every=H, \.\.\.\)\. "
                                       r"Received: 4"):

@@ -442,6 +442,6 @@ def _all_reduce_worker() -> int:
   return 0
 
 
-# Each suite, in --suites' order: a dict of results ("serving": and its exit code).
+# Each suite (run in _ALL_SUITES' order): a dict of results ("serving": and its exit code).
 _RUNS = {"overhead": _overhead, "small_model": _small_model, "allreduce": _all_reduce,
          "scaling": _scaling, "advise": _advise, "serving": _serving}

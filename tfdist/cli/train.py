@@ -119,11 +119,15 @@ def _strategy_options() -> dict:
   return options
 
 
-@flags.multi_flags_validator(["outer_optimizer", "sync_every"], "--outer_optimizer is "
-                             "DiLoCo's outer step every --sync_every steps, and needs "
-                             "--sync_every.")
+@flags.multi_flags_validator(
+    ["outer_optimizer", "outer_learning_rate", "outer_momentum", "sync_every"],
+    "--outer_optimizer, --outer_learning_rate and --outer_momentum are DiLoCo's outer step "
+    "every --sync_every steps, and need --sync_every.")
 def _outer_needs_sync_every(values):
-  return values["outer_optimizer"] == "none" or values["sync_every"] > 0
+  outer_default = (values["outer_optimizer"] == "none"
+                   and values["outer_learning_rate"] == local_sgd_lib.OUTER_LEARNING_RATE
+                   and values["outer_momentum"] == local_sgd_lib.OUTER_MOMENTUM)
+  return outer_default or values["sync_every"] > 0
 
 
 @flags.multi_flags_validator(["evaluator", "in_process"], "--evaluator adds an evaluator task "

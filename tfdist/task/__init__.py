@@ -17,4 +17,6 @@ The launchers (`tfdist.launch`) set up each task from outside; nothing here
 imports them. Importing this package loads no TensorFlow.
 """
 
+from tfdist.task import progress
+
 __all__ = ["progress"]

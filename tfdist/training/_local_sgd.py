@@ -95,6 +95,13 @@ def _check_options(sync_every, outer_optimizer, outer_learning_rate, outer_momen
     raise ValueError(f"`outer_optimizer` must be one of {list(OUTER_OPTIMIZERS)}, None or a "
                      "Keras optimizer (nesterov: DiLoCo's outer SGD with Nesterov momentum). "
                      f"Received: outer_optimizer={outer_optimizer!r}")
+  if name == "none":  # Plain local SGD averages: a learning rate or momentum would be ignored.
+    for field, value, default in (("outer_learning_rate", outer_learning_rate, OUTER_LEARNING_RATE),
+                                  ("outer_momentum", outer_momentum, OUTER_MOMENTUM)):
+      if value != default:
+        raise ValueError(f"`{field}` is for outer_optimizer='nesterov'; plain local SGD "
+                         f"averages the weights. Received: {field}={value!r}, "
+                         "outer_optimizer='none'")
   if not outer_learning_rate > 0:
     raise ValueError("`outer_learning_rate` must be > 0 (DiLoCo's is 0.7). Received: "
                      f"outer_learning_rate={outer_learning_rate!r}")
@@ -159,9 +166,9 @@ def check_strategy(strategy) -> None:
          if isinstance(strategy, tf.distribute.ParameterServerStrategy) else
          "it keeps one copy of the weights, not one per replica")
   raise ValueError(
-      "Local SGD and DiLoCo (`sync_every`) average the replicas' own copies of the weights, "
+      "Local SGD and DiLoCo (`local_sgd`) average the replicas' own copies of the weights, "
       f"which only multi_worker_mirrored and mirrored keep; under this strategy {why}: "
-      f"use multi_worker_mirrored or drop sync_every. Received: {type(strategy).__name__}")
+      f"use multi_worker_mirrored or drop local_sgd. Received: {type(strategy).__name__}")
 
 
 class LocalSGD:
