@@ -184,19 +184,11 @@ def test_no_print_outside_the_cli_mains():
   assert not offences, f"library code logs (tfdist.output), mains print: {offences}"
 
 
-# Where a strategy is still named by a literal outside tfdist.strategies and the traits
-# (tfdist._choices.STRATEGIES), and how often: a cell label of the Keras matrix and of
-# doctor's checks, a default flag value, a measurement of one given strategy. The lists
-# of strategies derive from the traits; this inventory only shrinks, and a new literal is
-# a decision (issue 52: "a test fails on a strategy-name literal outside strategies/").
-STRATEGY_LITERALS = {
-    "tfdist._lab.overhead": 5,
-    "tfdist.advice._advice": 8, "tfdist.advice._candidates": 3, "tfdist.advice.decision": 10,
-    "tfdist.cli.bench": 4, "tfdist.cli.compare": 3,
-    "tfdist.cli.launch": 1, "tfdist.cli.scale": 1, "tfdist.cli.train": 1,
-    "tfdist.cli.verify": 1, "tfdist.launch.kubernetes._manifests": 6, "tfdist.training.config": 1,
-    "tfdist.training.loop": 1, "tfdist.training.verification": 1,
-}
+# No module outside tfdist.strategies and the traits (tfdist._choices) spells a strategy's
+# name: a list of strategies derives from the traits, and code that means one strategy
+# says `Name.MIRRORED` (issue 52). The one string left is Kubernetes's namespace named
+# "default", which is not the strategy of that name.
+STRATEGY_LITERALS = {"tfdist.launch.kubernetes._manifests": 1}
 
 
 def _strategy_literals(tree, names):
@@ -222,12 +214,18 @@ def test_strategies_are_named_only_where_the_inventory_says():
     if lines:
       found[module] = len(lines)
   assert found == STRATEGY_LITERALS, (
-      "a list of strategies derives from tfdist._choices.STRATEGIES (kinds, traits); "
-      "update STRATEGY_LITERALS only for a literal that must stay. "
+      "a list of strategies derives from tfdist._choices.STRATEGIES (kinds, traits), and "
+      "one strategy is tfdist._choices.Name's. "
       f"Received: {dict(sorted(found.items()))}")
   # The check sees a literal, and not a docstring.
   sample = ast.parse('"""mirrored"""\nx = ["mirrored", "one_device"]\ny = "mirrored_x"\n')
   assert _strategy_literals(sample, names) == [2, 2]
+
+
+def test_every_strategy_has_a_name_and_every_name_a_strategy():
+  from tfdist import _choices as choices
+  named = {value for key, value in vars(choices.Name).items() if key.isupper()}
+  assert named == set(choices.strategy_names())
 
 
 # What a main may set in its own environment: TensorFlow's switches, which TensorFlow reads
@@ -448,12 +446,12 @@ def test_no_library_code_starts_a_module_of_the_cli():
   assert not offences, offences
 
 
-# Library code that still writes `python -m tfdist <command>`: only into what runs on other
-# machines, the manifests' pods and the sbatch script's steps (`tfdist task`, `tfdist
-# data_service`), commands users also type in their own images. What the library starts
-# itself runs a library module (`tfdist.launch._task`, `_serve_data_service`, `ray._task`).
-# It only shrinks.
-RUNS_A_MAIN = {"tfdist.launch.kubernetes._manifests": 2, "tfdist.launch.slurm._launcher": 3}
+# Library code that writes `python -m tfdist <command>`: only the Kubernetes manifests,
+# which the library prints for users to apply and keep, and which name the command users
+# also type in their own images (`tfdist task`, `tfdist data_service`), not a private
+# module that may move. What the library starts itself, here or through sbatch or Ray,
+# runs a library module (`tfdist.launch._task`, `_serve_data_service`, `ray._task`).
+RUNS_A_MAIN = {"tfdist.launch.kubernetes._manifests": 2}
 
 
 def test_library_code_runs_no_tfdist_command_beyond_its_inventory():

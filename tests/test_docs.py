@@ -339,9 +339,18 @@ def _problem(path, name):
     return None
   if (name == _LAB or name.startswith(_LAB + ".")) and path.startswith(_LAB_READERS):
     return None
-  exported = getattr(importlib.import_module("tfdist"), name.rpartition(".")[2], None)
-  if path.startswith(os.path.join("docs", "reference")) and exported is value:
-    return None  # A name `tfdist` exports, rendered where it lives.
+  if path.startswith(os.path.join("docs", "reference")):
+    # A name `tfdist`, or the package above its private module, exports, rendered where
+    # it lives (`tfdist.training._local_sgd.LocalSGD` is `tfdist.training.LocalSGD`).
+    parts, leaf = name.split("."), name.rpartition(".")[2]
+    public = ".".join(parts[:next((i for i, p in enumerate(parts) if p.startswith("_")),
+                                  len(parts))])
+    for package in {"tfdist", public}:
+      try:
+        if getattr(importlib.import_module(package), leaf, None) is value:
+          return None
+      except ImportError:
+        pass
   return _public_lookup(name)
 
 

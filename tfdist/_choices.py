@@ -79,16 +79,30 @@ class StrategyTraits:
     return self.kind != PARAMETER_SERVER
 
 
+class Name:
+  """Each strategy's name, for code that means that one strategy: a measurement of
+  MirroredStrategy, a flag's default. A list of strategies derives from STRATEGIES
+  instead, and no module outside this one and tfdist.strategies spells a name out
+  (tests/test_architecture.py)."""
+
+  DEFAULT = "default"
+  ONE_DEVICE = "one_device"
+  MIRRORED = "mirrored"
+  CENTRAL_STORAGE = "central_storage"
+  MULTI_WORKER_MIRRORED = "multi_worker_mirrored"
+  PARAMETER_SERVER = "parameter_server"
+
+
 STRATEGIES = (
-    StrategyTraits("default", DEFAULT, copy_per_replica=False),
-    StrategyTraits("one_device", SINGLE_MACHINE, copy_per_replica=False),
-    StrategyTraits("mirrored", SINGLE_MACHINE, copy_per_replica=True,
+    StrategyTraits(Name.DEFAULT, DEFAULT, copy_per_replica=False),
+    StrategyTraits(Name.ONE_DEVICE, SINGLE_MACHINE, copy_per_replica=False),
+    StrategyTraits(Name.MIRRORED, SINGLE_MACHINE, copy_per_replica=True,
                    choices=(("cross_device_ops", CROSS_DEVICE_OPS),)),
-    StrategyTraits("central_storage", SINGLE_MACHINE, copy_per_replica=False),
-    StrategyTraits("multi_worker_mirrored", COLLECTIVE, copy_per_replica=True,
+    StrategyTraits(Name.CENTRAL_STORAGE, SINGLE_MACHINE, copy_per_replica=False),
+    StrategyTraits(Name.MULTI_WORKER_MIRRORED, COLLECTIVE, copy_per_replica=True,
                    keras3_fit=KERAS3_FAILS_MULTI_WORKER,
                    choices=(("communication", COMMUNICATION),)),
-    StrategyTraits("parameter_server", PARAMETER_SERVER, copy_per_replica=False,
+    StrategyTraits(Name.PARAMETER_SERVER, PARAMETER_SERVER, copy_per_replica=False,
                    keras3_fit=KERAS3_NO_FIT),
 )
 

@@ -26,7 +26,7 @@ def test_render_fills_every_field():
   # $tfdist_net: the private network on one node, else nothing. Each task through
   # `tfdist task`: its TF_CONFIG, the task site, the stall watchdog beside it.
   assert ("srun --kill-on-bad-exit=1 --label --ntasks=4 $tfdist_net "
-          f"{sys.executable} -m tfdist task -- python train.py --epochs=3") in script
+          f"{sys.executable} -m tfdist.launch._task -- python train.py --epochs=3") in script
   assert not re.search(r"\$\{\w+\}", script)  # No field left (the shell's own have :-).
   # One task is no cluster: its command runs as it is.
   assert "--ntasks=1 $tfdist_net python train.py || tfdist_code=$?\n" in sbatch.render(
@@ -274,7 +274,7 @@ def test_data_workers_need_a_template_with_a_place_for_them(tmp_path):
     sbatch.render(["python", "t.py"], ntasks=2, output="o", data_workers=2,
                  template=str(template))
   # Without data workers an old template still renders.
-  assert f"srun {sys.executable} -m tfdist task -- python t.py" in sbatch.render(
+  assert f"srun {sys.executable} -m tfdist.launch._task -- python t.py" in sbatch.render(
       ["python", "t.py"], ntasks=2, output="o", template=str(template))
 
 

@@ -11,10 +11,12 @@ from typing import Dict, List, Sequence
 
 import tensorflow as tf
 
-from tfdist.training import scaling
+from tfdist import _choices as choices
 from tfdist import strategies
+from tfdist._choices import Name
 from tfdist._lab import harness
 from tfdist._lab import models as models_lib
+from tfdist.training import scaling
 
 
 def raw_strategy(name: str) -> tf.distribute.Strategy:
@@ -22,17 +24,17 @@ def raw_strategy(name: str) -> tf.distribute.Strategy:
   # Named explicitly: without GPUs, TF's defaults use /cpu:0 alone, whatever
   # the logical split.
   devices = [d.name for d in tf.config.list_logical_devices("CPU")]
-  if name == "one_device":
+  if name == Name.ONE_DEVICE:
     return tf.distribute.OneDeviceStrategy("/cpu:0")
-  if name == "mirrored":
+  if name == Name.MIRRORED:
     # The all-reduce tfdist's `auto` picks without GPUs; TF's own default
     # (collectives) cannot be built twice in one process (tensorflow#62790).
     return tf.distribute.MirroredStrategy(
         devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
-  if name == "central_storage":
+  if name == Name.CENTRAL_STORAGE:
     return tf.distribute.experimental.CentralStorageStrategy(devices)
   raise ValueError(f"No raw counterpart for {name!r}; use one of "
-                   f"['one_device', 'mirrored', 'central_storage']. Received: {name!r}")
+                   f"{choices.strategy_names(choices.SINGLE_MACHINE)}. Received: {name!r}")
 
 
 def strategy_overhead(names: Sequence[str], models: Sequence[str], repeats: int,
@@ -59,8 +61,8 @@ def small_model_overhead(repeats: int, steps: int = 100) -> Dict[str, dict]:
   """
   model_fn, shape = models_lib.MODELS["mlp"]
   plain = harness.fit_timer(model_fn, shape, steps=steps)
-  raw = harness.fit_timer(model_fn, shape, raw_strategy("mirrored"), steps=steps)
-  strategy = strategies.make_strategy("mirrored")
+  raw = harness.fit_timer(model_fn, shape, raw_strategy(Name.MIRRORED), steps=steps)
+  strategy = strategies.make_strategy(Name.MIRRORED)
   ours = harness.fit_timer(model_fn, shape, strategy, steps=steps,
                    steps_per_execution=scaling.steps_per_execution(strategy))
   return {"raw": harness.interleaved_ratio(plain, raw, repeats),

@@ -40,6 +40,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from tfdist import launch as launch_lib
 from tfdist import output
+from tfdist._choices import Name
 from tfdist.advice import _advice_check as advice_check
 from tfdist.advice import decision
 from tfdist.advice import memory
@@ -206,7 +207,7 @@ def _check(advice, cluster, local_seconds: dict, two: Optional[dict]) -> advice_
   """
   measured = {}
   for option in advice.options:
-    if option.name == "multi_worker_mirrored":
+    if option.name == Name.MULTI_WORKER_MIRRORED:
       if cluster.workers != 2 or not cluster.colocated:
         continue
       step = two["synced_check"]
@@ -323,12 +324,12 @@ def _measure_here(options: AdviseOptions, devices: int) -> dict:
   from tfdist.advice import _candidates as candidates
   batch = options.batch_size
   footprint = memory.footprint(candidates.compiled(_model_fn(options)), batch)
-  ways = {"one_device": ("one_device", batch)}
+  ways = {Name.ONE_DEVICE: (Name.ONE_DEVICE, batch)}
   largest = options.workers * devices
   if largest > 1:
-    ways[decision.ONE_DEVICE_LARGE] = ("one_device", batch * largest)
+    ways[decision.ONE_DEVICE_LARGE] = (Name.ONE_DEVICE, batch * largest)
   if devices > 1:
-    ways.update({name: (name, batch) for name in ("mirrored", "central_storage")})
+    ways.update({name: (name, batch) for name in (Name.MIRRORED, Name.CENTRAL_STORAGE)})
     limit = options.memory_per_device_gb
     if limit is not None and footprint.total > limit * 2**30:
       ways["model_parallel"] = ("model_parallel", batch)
@@ -345,7 +346,7 @@ def _measure_worker(options: AdviseOptions, devices: int):
   from tfdist.advice import _candidates as candidates
   from tfdist.advice import scale
   spec = ClusterSpec.from_env()
-  strategy = tfdist.make_strategy("multi_worker_mirrored", communication="ring")
+  strategy = tfdist.make_strategy(Name.MULTI_WORKER_MIRRORED, communication="ring")
   # Unpinned, as `tfdist train` runs workers: each shares this machine's cores.
   # Not less than 50 steps, nor fits shorter than the local ways': a fit's
   # first steps and its end weigh less in a long fit (in one run, the default
@@ -369,6 +370,6 @@ def _measure_input(options: AdviseOptions, devices: int) -> Optional[float]:
         user_code.function(module, "dataset_fn", "data"), options.batch_size)
     user["steps_per_epoch"] = getattr(module, "STEPS_PER_EPOCH", None)
     user["model_fn"] = _model_fn(options)
-  result = job.train(job.TrainConfig(strategy="one_device", epochs=2,
+  result = job.train(job.TrainConfig(strategy=Name.ONE_DEVICE, epochs=2,
                                      batch_size=options.batch_size, verbose=0, **user))
   return result.input_bound

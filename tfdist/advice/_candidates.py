@@ -31,11 +31,13 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from tfdist import _choices as choices
 from tfdist import placement
 from tfdist._lab import harness
 from tfdist.strategies import make_strategy
 
-OPTIONS = ("one_device", "mirrored", "central_storage", "model_parallel")
+# The ways on one machine: each single-machine strategy, and the model split over devices.
+OPTIONS = (*choices.strategy_names(choices.SINGLE_MACHINE), "model_parallel")
 # At least this long per timed fit: a fit's first steps and its jitter cost
 # milliseconds, which over 20 steps of 2 ms read as 25%.
 MIN_FIT_SECONDS = 0.5

@@ -32,6 +32,8 @@ import dataclasses
 import math
 from typing import Dict, List, Optional
 
+from tfdist import _choices as choices
+from tfdist._choices import Name
 from tfdist.advice import memory
 from tfdist.advice import scaling_model
 
@@ -138,7 +140,7 @@ def _multi_worker(m: Measurements, cluster: Cluster) -> Optional[Option]:
   """multi_worker_mirrored on the cluster: measured for 2 workers here, else the α-β model."""
   if cluster.workers < 2 or m.links is None:
     return None
-  local = "mirrored" if cluster.devices_per_worker > 1 else "one_device"
+  local = Name.MIRRORED if cluster.devices_per_worker > 1 else Name.ONE_DEVICE
   replicas = cluster.workers * cluster.devices_per_worker
   batch = m.batch_size * replicas
   if cluster.colocated and cluster.workers == 2 and m.links.two_workers is not None:
@@ -151,7 +153,7 @@ def _multi_worker(m: Measurements, cluster: Cluster) -> Optional[Option]:
     step = scaling_model.predict(compute, m.footprint.gradients, m.links.busbw,
                                  [cluster.workers], m.links.latency)[0].step_seconds
     source = "predicted (α-β)"
-  return Option("multi_worker_mirrored", replicas, batch, step, batch / step, source,
+  return Option(Name.MULTI_WORKER_MIRRORED, replicas, batch, step, batch / step, source,
                 note=f"{cluster.workers} workers x {cluster.devices_per_worker} device(s)")
 
 
@@ -159,9 +161,9 @@ def _options(m: Measurements, cluster: Cluster) -> List[Option]:
   fits = (cluster.memory_per_device is None
           or m.footprint.total <= cluster.memory_per_device)
   options = []
-  for name in ("one_device", "mirrored", "central_storage"):
+  for name in choices.strategy_names(choices.SINGLE_MACHINE):
     if name in m.step:
-      replicas = 1 if name == "one_device" else cluster.devices_per_worker
+      replicas = 1 if name == Name.ONE_DEVICE else cluster.devices_per_worker
       batch = m.batch_size * replicas
       options.append(Option(name, replicas, batch, m.step[name], batch / m.step[name],
                             "measured here", fits))
@@ -225,7 +227,7 @@ def _batch_and_learning_rate(pick: Option, batch_size: int, learning_rate: float
 
 
 def _communication(m: Measurements, cluster: Cluster, pick: Option) -> Optional[str]:
-  if pick.name != "multi_worker_mirrored" or m.links is None:
+  if pick.name != Name.MULTI_WORKER_MIRRORED or m.links is None:
     return None
   from tfdist.strategies._multi_worker_mirrored import BYTES_PER_PACK
   gradients = m.footprint.gradients
@@ -299,11 +301,11 @@ def decide(m: Measurements, cluster: Cluster, *, learning_rate: float = 1e-2) ->
       reasons.append(communication)
   reasons.append(_memory(m, cluster))
   reasons.append(_input(m, cluster))
-  one = next((o for o in options if o.name == "one_device"), None)
+  one = next((o for o in options if o.name == Name.ONE_DEVICE), None)
   efficiency = None
   if pick is not None and one is not None:
     efficiency = pick.examples_per_second / (one.examples_per_second * pick.replicas)
-  multi = next((o for o in options if o.name == "multi_worker_mirrored"), None)
+  multi = next((o for o in options if o.name == Name.MULTI_WORKER_MIRRORED), None)
   if multi is not None and one is not None:
     where = "on this machine" if cluster.colocated else "on separate machines like this one"
     reasons.append(

@@ -39,6 +39,7 @@ import sys
 
 from absl import flags
 
+from tfdist import _choices as choices
 from tfdist import output
 from tfdist.cli import self_launch
 from tfdist.task import _result_channel as result_channel
@@ -199,7 +200,7 @@ def main(argv):
 def _overhead() -> dict:
   from tfdist.training import timing
   from tfdist._lab import overhead
-  rows = overhead.strategy_overhead(["one_device", "mirrored", "central_storage"],
+  rows = overhead.strategy_overhead(choices.strategy_names(choices.SINGLE_MACHINE),
                                     ["cnn", "mlp"], _REPEATS.value, steps=_STEPS.value)
   print("\nOverhead: model.fit step time, tfdist strategy / raw tf.distribute; judged by "
         "CPU time, the steady clock here (target <= 1.01)")
@@ -420,7 +421,7 @@ def _serving():
 def _all_reduce_worker() -> int:
   import tfdist
   # TF's pack size: the variants set their own per call (see all_reduce_seconds).
-  strategy = tfdist.make_strategy("multi_worker_mirrored", communication="ring",
+  strategy = tfdist.make_strategy(choices.Name.MULTI_WORKER_MIRRORED, communication="ring",
                                   bytes_per_pack=0)
   from tfdist._lab import allreduce
   from tfdist.cluster import ClusterSpec

@@ -110,7 +110,7 @@ _KUBERNETES = flags.DEFINE_enum("kubernetes", None, sorted(kubernetes.MANIFESTS)
                                 "manifests for this cluster instead of running it.")
 _IMAGE = flags.DEFINE_string("image", None, "--kubernetes: the container image with your code.")
 _NAME = flags.DEFINE_string("name", "tfdist", "--kubernetes: the job's name (a DNS label).")
-_NAMESPACE = flags.DEFINE_string("namespace", "default", "--kubernetes: the namespace.")
+_NAMESPACE = flags.DEFINE_string("namespace", kubernetes.NAMESPACE, "--kubernetes: the namespace.")
 _RUN_AS_USER = flags.DEFINE_integer(
     "run_as_user", None, "--kubernetes: the user id the pods run as, for an image whose USER "
     "is root or unset (pods run as non-root). Default: the image's USER.", lower_bound=1)

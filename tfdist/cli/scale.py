@@ -35,6 +35,7 @@ import sys
 
 from absl import flags
 
+from tfdist import _choices as choices
 from tfdist import output
 from tfdist.cli import self_launch
 
@@ -113,7 +114,7 @@ def _worker() -> int:
   spec = ClusterSpec.from_env()
   # One core per worker, so that 2 workers have twice the compute of 1.
   scale.pin_to_core(spec.task.index % os.cpu_count())
-  strategy = tfdist.make_strategy("multi_worker_mirrored", communication="ring")
+  strategy = tfdist.make_strategy(choices.Name.MULTI_WORKER_MIRRORED, communication="ring")
   result = scale.measure_worker(strategy, _model_fn(),
                                 batch_size=_PER_REPLICA_BATCH_SIZE.value, steps=_STEPS.value,
                                 repeats=_REPEATS.value,

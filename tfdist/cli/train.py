@@ -25,7 +25,7 @@ from tfdist.training import config as train_config
 from tfdist.training import _user_code as user_code
 from tfdist.task import _keras as task_keras
 
-_STRATEGY = flags.DEFINE_enum("strategy", "one_device", choices.strategy_names(),
+_STRATEGY = flags.DEFINE_enum("strategy", choices.Name.ONE_DEVICE, choices.strategy_names(),
                               "Strategy name.")
 _EPOCHS = flags.DEFINE_integer("epochs", 15, "Epochs to train.", lower_bound=1)
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Global batch size; each replica gets "

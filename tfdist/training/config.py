@@ -35,7 +35,7 @@ class TrainConfig:
     ValueError: fields that cannot go together, naming them and the fix.
   """
 
-  strategy: str = "one_device"
+  strategy: str = choices.Name.ONE_DEVICE
   epochs: int = 15
   batch_size: int = 64  # Global: split across replicas.
   learning_rate: float = 1e-2

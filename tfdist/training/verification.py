@@ -38,6 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist import _keras_support as keras_support
+from tfdist._choices import Name
 from tfdist import strategies as strategies_lib
 from tfdist.internals import tensorflow as tf_internals
 
@@ -91,7 +92,7 @@ class VerifyReport:
 
 
 def verify(model_fn: Callable[[], object], dataset_fn: Callable[[], tf.data.Dataset], *,
-           strategy="mirrored", steps: int = 5, tolerance: float = DEFAULT_TOLERANCE,
+           strategy=Name.MIRRORED, steps: int = 5, tolerance: float = DEFAULT_TOLERANCE,
            **strategy_options) -> VerifyReport:
   """Trains `model_fn()`'s model under `strategy` and on one device; where they part.
 

@@ -94,6 +94,8 @@ _TFJOB_TYPES = {cluster_lib.CHIEF: "Chief", cluster_lib.WORKER: "Worker",
                 cluster_lib.PS: "PS"}
 # What every task's container runs its command under (see the module doc).
 TASK = ["python", "-m", "tfdist", "task", "--"]
+# Kubernetes's own namespace of this name (not tfdist's "default" strategy).
+NAMESPACE = "default"
 
 
 def counts(workers: int, ps: int, chief: bool) -> Dict[str, int]:
@@ -115,7 +117,7 @@ class ManifestOptions:
 
   image: str
   name: str = "tfdist"
-  namespace: str = "default"
+  namespace: str = NAMESPACE
   keras: Optional[str] = None  # None: tf_keras (`task_keras.resolve`).
   data_journal: bool = False  # The tf.data dispatcher journals to its pod's volume.
   run_as_user: Optional[int] = None  # For an image without a non-root USER.
@@ -150,7 +152,7 @@ def _check_name_and_image(name: str, image: str) -> None:
 
 
 def tfjob_cluster(name: str, *, workers: int, ps: int = 0, chief: bool = False,
-                  namespace: str = "default") -> cluster_lib.ClusterSpec:
+                  namespace: str = NAMESPACE) -> cluster_lib.ClusterSpec:
   """The cluster the TFJob operator puts in TF_CONFIG: one Service per pod."""
   jobs = {job: [f"{name}-{job}-{i}.{namespace}.svc:{PORT}" for i in range(n)]
           for job, n in counts(workers, ps, chief).items()}
@@ -158,7 +160,7 @@ def tfjob_cluster(name: str, *, workers: int, ps: int = 0, chief: bool = False,
 
 
 def indexed_cluster(name: str, *, workers: int, ps: int = 0, chief: bool = False,
-                    namespace: str = "default") -> cluster_lib.ClusterSpec:
+                    namespace: str = NAMESPACE) -> cluster_lib.ClusterSpec:
   """The cluster of `indexed_jobs`: pod `<name>-<type>-<i>` under the headless Service."""
   jobs = {job: [f"{name}-{job}-{i}.{name}.{namespace}.svc:{PORT}" for i in range(n)]
           for job, n in counts(workers, ps, chief).items()}
@@ -195,7 +197,7 @@ def _container(command: Sequence[str], options: ManifestOptions,
           "ports": [{"name": "tfjob-port", "containerPort": PORT}], "env": env}
 
 
-def data_service_spec(name: str, *, data_workers: int, namespace: str = "default",
+def data_service_spec(name: str, *, data_workers: int, namespace: str = NAMESPACE,
                       work_dir: Optional[str] = None) -> data_service_lib.DataServiceSpec:
   """The tf.data service of `data_service`: stable pod names under `<name>-data`."""
   pod = lambda role, i: f"{name}-data-{role}-{i}.{name}-data.{namespace}.svc:{DATA_PORT}"
@@ -204,7 +206,7 @@ def data_service_spec(name: str, *, data_workers: int, namespace: str = "default
       pod("dispatcher", 0), tuple(pod("worker", i) for i in range(data_workers)), work_dir)
 
 
-def data_service(name: str, *, image: str, data_workers: int, namespace: str = "default",
+def data_service(name: str, *, image: str, data_workers: int, namespace: str = NAMESPACE,
                  journal: bool = False, run_as_user: Optional[int] = None) -> List[dict]:
   """A headless Service and two StatefulSets: the dispatcher and `data_workers` data workers.
 
@@ -404,7 +406,7 @@ class KubernetesLauncher(launcher_lib.Launcher):
 
   def __init__(self, options: Optional[launcher_lib.LaunchOptions] = None, *,
                kind: str = "indexed", image: str, name: str = "tfdist",
-               namespace: str = "default", run_as_user: Optional[int] = None,
+               namespace: str = NAMESPACE, run_as_user: Optional[int] = None,
                network_policy: bool = True):
     super().__init__(options)
     if kind not in MANIFESTS:

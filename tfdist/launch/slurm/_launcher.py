@@ -6,13 +6,13 @@ users read and copy it, is a link to it, checked by a test), submits it,
 streams the job's output as it grows, and returns the job's exit code. The
 script it submits runs
 
-    srun --kill-on-bad-exit=1 --label --ntasks=N python -m tfdist task -- python train.py
+    srun --kill-on-bad-exit=1 --label --ntasks=N python -m tfdist.launch._task -- python train.py
 
 so every task's line starts with its rank, and one failing task ends the job.
 srun then returns the highest exit code of its tasks, 143 for those it
 stopped; the launch returns the code of the task that failed first instead,
 and names it (`tfdist.launch._first_failure`).
-`tfdist task` (`tfdist.launch._task`) gives each task its `TF_CONFIG`, built from
+The task wrapper (`tfdist.launch._task`, as `tfdist task` runs it) gives each task its `TF_CONFIG`, built from
 SLURM's variables (`tfdist.cluster._slurm`), and tfdist's task site, and in a
 job of two or more training tasks watches its steps for stalls beside it
 (`tfdist.launch.watchdog.watch_task`; `--stall_timeout` reaches it as
@@ -77,9 +77,9 @@ data_port=$$(${net}${python} -c 'import socket; s = socket.socket(); s.bind(("",
 export ${service_env}="${protocol}://$$data_host:$$data_port"
 export ${job_env}="slurm-$$SLURM_JOB_ID"
 srun --overlap --nodes=1 --ntasks=1 --relative=0 --output=${dispatcher_output} \\
-  ${net}${python} -m tfdist data_service --role=dispatcher --port="$$data_port" ${journal} &
+  ${net}${python} -m tfdist.launch._serve_data_service --role=dispatcher --port="$$data_port" ${journal} &
 srun --overlap --ntasks=${data_workers} --output=${data_worker_output} \\
-  ${net}bash -c 'exec "$$0" -m tfdist data_service --role=worker --port=0 \\
+  ${net}bash -c 'exec "$$0" -m tfdist.launch._serve_data_service --role=worker --port=0 \\
     --dispatcher_address="$$1" --worker_address="$${2:-$$(hostname)}:%port%"' \\
   ${python} "$$data_host:$$data_port" "$${tfdist_host:-}" &
 """
@@ -177,8 +177,8 @@ def render(command: Sequence[str], *, ntasks: int, output: str, num_ps: int = 0,
         f"The sbatch template {template or TEMPLATE} has no ${{max_restarts}} field, where "
         f"a failed step runs again: copy the srun loop of {TEMPLATE}. "
         f"Received: max_restarts={max_restarts}")
-  if ntasks > 1:  # One task is no cluster `tfdist task` knows (`tfdist.cluster._slurm`).
-    command = [sys.executable, "-m", "tfdist", "task", "--", *command]
+  if ntasks > 1:  # One task is no cluster the task wrapper knows (`tfdist.cluster._slurm`).
+    command = [sys.executable, "-m", "tfdist.launch._task", "--", *command]
   try:
     return string.Template(text).substitute(
         job_name=job_name, ntasks=ntasks, output=shlex.quote(output), time_minutes=time_minutes,

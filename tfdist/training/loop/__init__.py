@@ -52,6 +52,7 @@ tf_keras lists sharded variables), and checkpoints save each variable whole
 differentiate `loop.trainable_variables`, not the model's.
 """
 
+from tfdist._choices import Name
 from tfdist.training.loop import _runner
 from tfdist.training.loop._runner import EVALUATION_SHARDS
 from tfdist.training.loop._runner import EXAMPLES
@@ -63,7 +64,7 @@ from tfdist.training.loop._sync import SyncRunner
 
 # The runners, in the order `Loop` tries them: the first whose strategy_types
 # match, else the first with none.
-_runner.RUNNERS.register("parameter_server", ParameterServerRunner)
+_runner.RUNNERS.register(Name.PARAMETER_SERVER, ParameterServerRunner)
 _runner.RUNNERS.register("sync", SyncRunner)
 
 __all__ = ["EVALUATION_SHARDS", "EXAMPLES", "Loop", "ParameterServerRunner", "StepFn",
