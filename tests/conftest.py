@@ -34,12 +34,13 @@ gc.freeze()
 # on alone at the end while the other workers idle. By worker-seconds of a full first phase, heaviest first
 # (docs/suite-time.md, "The suite's workers and order"); the rest keep their order after these.
 HEAVIEST_FIRST = (
-    "launch/test_ray.py", "training/test_loop.py", "training/test_checkpoints.py",
-    "test_notebooks.py", "test_docs.py", "launch/test_local.py",
-    "launch/test_slurm_launcher.py", "cli/test_compare.py", "launch/test_watchdog.py",
-    "cli/test_train.py", "training/test_local_sgd.py", "benchmarks/test_chaos_benchmark.py",
-    "task/test_task_keras.py", "launch/test_jobset.py", "strategies/test_fingerprint.py",
-    "training/test_saved_model.py",
+    "training/test_checkpoints.py", "training/test_loop.py", "launch/test_ray.py",
+    "test_notebooks.py", "training/test_local_sgd.py", "launch/test_local.py",
+    "launch/test_slurm_launcher.py", "test_docs.py", "cli/test_compare.py",
+    "cli/test_train.py", "benchmarks/test_chaos_benchmark.py", "test_keras_support.py",
+    "test_recipes.py", "launch/test_watchdog.py", "strategies/test_multi_worker_mirrored.py",
+    "task/test_task_keras.py", "cli/test_bench.py", "launch/test_jobset.py",
+    "training/test_accumulation.py", "training/test_saved_model.py",
 )
 
 

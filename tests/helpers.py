@@ -242,6 +242,20 @@ def interrupt(epoch, batch=None):
   return Interrupt()
 
 
+def let_go(excinfo):
+  """Frees what an interrupted `fit` left in `excinfo`'s traceback, now.
+
+  Its frames hold the fit's tf.data iterators, in reference cycles. Freed at the test's
+  end by the garbage collector, each waits for its autotune thread, up to the iterator's
+  age (docs/suite-time.md): 20-117 s of teardown in one CI run. Freed while young, they
+  cost about nothing.
+  """
+  import gc  # pylint: disable=g-import-not-at-top
+  import traceback  # pylint: disable=g-import-not-at-top
+  traceback.clear_frames(excinfo.tb)
+  gc.collect()
+
+
 def regression_data(n=256):
   """A small linear regression: (x, y), the same every call."""
   import numpy as np  # pylint: disable=g-import-not-at-top

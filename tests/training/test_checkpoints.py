@@ -280,11 +280,13 @@ def test_fit_interrupted_twice_reads_on_where_it_stopped_and_ends_with_the_unint
     return model, history
 
   straight, _ = fit()
-  with pytest.raises(RuntimeError, match="interrupted"):
+  with pytest.raises(RuntimeError, match="interrupted") as crashed:
     fit(1)  # A crash at the start of epoch 2: resumed from epoch 1's backup.
+  helpers.let_go(crashed)  # The stopped fit's input iterators, freed while young.
   with pytest.raises(SystemExit) as stopped:
     fit(1, 3)  # SIGTERM in batch 4 of epoch 2, the first the resumed fit runs.
   assert stopped.value.code == checkpoints.PREEMPTED_EXIT_CODE
+  helpers.let_go(stopped)
   resumed, history = fit()
   assert len(history.history["loss"]) == 3  # The rest of epoch 2, and epochs 3 and 4.
   for a, b in zip(straight.get_weights(), resumed.get_weights()):

@@ -98,7 +98,9 @@ def peak_bytes(device: str = "GPU:0") -> Optional[int]:
   """The peak memory TensorFlow measured on `device` so far, or None where it reports none.
 
   None for a device this process does not have, and for a CPU before anything
-  large was allocated there (TensorFlow reports 0 until then).
+  large was allocated there (TensorFlow reports 0 until then), or where
+  TensorFlow keeps no CPU allocator stats: with oneDNN off, its default on x86
+  CPUs without AVX-512 (`TF_ENABLE_ONEDNN_OPTS=1` turns it on).
   """
   try:
     peak = int(tf.config.experimental.get_memory_info(device)["peak"])
