@@ -33,7 +33,10 @@ _BATCH = flags.DEFINE_integer("batch_size", 32, "Global batch.", lower_bound=2)
 _OUTPUT = flags.DEFINE_string("output", None, "Write the per-step rows here (JSON).")
 
 _BACKWARD = ("Backprop", "ReluGrad", "BiasAddGrad")
-_FORWARD_CONV = "_MklNativeFusedConv2D"  # oneDNN's forward convolution on CPUs.
+# A forward convolution on CPUs: oneDNN's, where TensorFlow turns oneDNN on (x86 CPUs with
+# AVX-512), else Eigen's, fused with its bias and activation by Grappler or not. An AMD VM
+# without AVX-512 traced no oneDNN op, and every step was missed.
+_FORWARD_CONVS = ("_MklNativeFusedConv2D", "_FusedConv2D", "Conv2D")
 
 
 def _events(logdir):
@@ -48,7 +51,7 @@ def _events(logdir):
 
 def steps_of(events, convs_per_step: int):
   """Per step: backward time, collectives, and how they sit against the backward pass."""
-  forward = sorted(e["ts"] for e in events if e["name"] == _FORWARD_CONV)
+  forward = sorted(e["ts"] for e in events if e["name"] in _FORWARD_CONVS)
   starts = forward[::convs_per_step]
   rows = []
   for i, start in enumerate(starts):
