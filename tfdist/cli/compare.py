@@ -66,12 +66,12 @@ def _sync_intervals(values):
 
 def _variants():
   """(label, strategy, train flags, environment) of the rows beside the strategies."""
-  variants = []
+  variants, mwms = [], choices.Name.MULTI_WORKER_MIRRORED
   if _THREAD_SHARE.value:
-    variants.append(("TF's own thread pools", choices.Name.MULTI_WORKER_MIRRORED, [], _OWN_THREAD_POOLS))
+    variants.append(("TF's own thread pools", mwms, [], _OWN_THREAD_POOLS))
   for h in _SYNC_EVERY.value:
-    variants.append((f"local SGD H={h}", choices.Name.MULTI_WORKER_MIRRORED, [f"--sync_every={h}"], None))
-    variants.append((f"DiLoCo H={h}", choices.Name.MULTI_WORKER_MIRRORED,
+    variants.append((f"local SGD H={h}", mwms, [f"--sync_every={h}"], None))
+    variants.append((f"DiLoCo H={h}", mwms,
                      [f"--sync_every={h}", "--outer_optimizer=nesterov"], None))
   return variants
 

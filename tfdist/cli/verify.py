@@ -32,7 +32,8 @@ _DATA = flags.DEFINE_string("data", None, "Your data: a .py file or module defin
                             "dataset_fn() that returns global batches (the same ones each "
                             "call); `path.py:function` names another function.", required=True)
 _STRATEGY = flags.DEFINE_enum(
-    "strategy", choices.Name.MIRRORED, choices.strategy_names(choices.SINGLE_MACHINE, choices.COLLECTIVE),
+    "strategy", choices.Name.MIRRORED,
+    choices.strategy_names(choices.SINGLE_MACHINE, choices.COLLECTIVE),
     "The strategy to hold to one device.")
 _STEPS = flags.DEFINE_integer("steps", 5, "Training steps to compare.", lower_bound=1)
 _TOLERANCE = flags.DEFINE_float("tolerance", 1e-5, "Largest difference allowed, relative to "

@@ -12,7 +12,8 @@ so every task's line starts with its rank, and one failing task ends the job.
 srun then returns the highest exit code of its tasks, 143 for those it
 stopped; the launch returns the code of the task that failed first instead,
 and names it (`tfdist.launch._first_failure`).
-The task wrapper (`tfdist.launch._task`, as `tfdist task` runs it) gives each task its `TF_CONFIG`, built from
+The task wrapper (`tfdist.launch._task`, as `tfdist task` runs it) gives each
+task its `TF_CONFIG`, built from
 SLURM's variables (`tfdist.cluster._slurm`), and tfdist's task site, and in a
 job of two or more training tasks watches its steps for stalls beside it
 (`tfdist.launch.watchdog.watch_task`; `--stall_timeout` reaches it as
