@@ -1,7 +1,6 @@
 """tfdist.advice.memory: a replica's bytes, counted from a real model."""
 
 import pytest
-import tensorflow as tf
 import tf_keras as keras
 
 import helpers

@@ -39,6 +39,7 @@ import time
 from typing import Any, Dict, Optional, Sequence
 
 from tfdist import launch as launch_lib
+from tfdist import _choices as choices
 from tfdist import output
 from tfdist._choices import Name
 from tfdist.advice import _advice_check as advice_check
@@ -329,7 +330,8 @@ def _measure_here(options: AdviseOptions, devices: int) -> dict:
   if largest > 1:
     ways[decision.ONE_DEVICE_LARGE] = (Name.ONE_DEVICE, batch * largest)
   if devices > 1:
-    ways.update({name: (name, batch) for name in (Name.MIRRORED, Name.CENTRAL_STORAGE)})
+    ways.update({name: (name, batch) for name in choices.strategy_names(choices.SINGLE_MACHINE)
+                 if name != Name.ONE_DEVICE})
     limit = options.memory_per_device_gb
     if limit is not None and footprint.total > limit * 2**30:
       ways["model_parallel"] = ("model_parallel", batch)

@@ -18,6 +18,7 @@ subclasses that refuse Keras 3 up front, see `keras_guard`).
 from tfdist.strategies import _local
 from tfdist.strategies import _multi_worker_mirrored
 from tfdist.strategies import _parameter_server
+from tfdist._choices import Name
 from tfdist._choices import StrategyTraits
 from tfdist.strategies._registry import (STRATEGIES, ClusterArg, StrategyEntry,
                                         available_strategies, make_strategy, register,
@@ -29,13 +30,13 @@ from tfdist.strategies._parameter_server import ParameterServerStrategy
 # Workers that disagree (model, versions, devices) are refused before the first collective.
 from tfdist.strategies._fingerprint import checked_variables
 
-register("default", _local.default)
-register("one_device", _local.one_device)
-register("mirrored", _local.mirrored)
-register("central_storage", _local.central_storage)
-register("multi_worker_mirrored", _multi_worker_mirrored.multi_worker_mirrored,
+register(Name.DEFAULT, _local.default)
+register(Name.ONE_DEVICE, _local.one_device)
+register(Name.MIRRORED, _local.mirrored)
+register(Name.CENTRAL_STORAGE, _local.central_storage)
+register(Name.MULTI_WORKER_MIRRORED, _multi_worker_mirrored.multi_worker_mirrored,
          check_cluster=_multi_worker_mirrored.check_cluster)
-register("parameter_server", _parameter_server.parameter_server,
+register(Name.PARAMETER_SERVER, _parameter_server.parameter_server,
          check_cluster=_parameter_server.check_cluster)
 
 __all__ = ["BYTES_PER_PACK", "COMMUNICATION", "CROSS_DEVICE_OPS", "CentralStorageStrategy",

@@ -11,6 +11,7 @@ from typing import List, Optional, Sequence
 import tensorflow as tf
 
 from tfdist._choices import CROSS_DEVICE_OPS  # Re-exported as tfdist.strategies.CROSS_DEVICE_OPS.
+from tfdist._choices import Name
 from tfdist.strategies import _keras_guard as keras_guard
 
 logger = logging.getLogger("tfdist")
@@ -51,7 +52,7 @@ class MirroredStrategy(keras_guard.RefusesJitCompile, tf.distribute.MirroredStra
   keras-team/keras#18145). Not measured on GPUs here, so not refused there.
   """
 
-  _tfdist_name = "mirrored"
+  _tfdist_name = Name.MIRRORED
 
   def _jit_failure(self):
     if len(self.extended.worker_devices) > 1 and keras_guard.on_cpus(self):

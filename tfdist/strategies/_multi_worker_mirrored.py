@@ -12,6 +12,7 @@ from typing import Optional
 import tensorflow as tf
 
 from tfdist._choices import COMMUNICATION  # Re-exported as tfdist.strategies.COMMUNICATION.
+from tfdist._choices import Name
 from tfdist import _keras_support as keras_support
 from tfdist.internals import keras as keras_internals
 from tfdist.internals import keras_callbacks
@@ -51,7 +52,7 @@ class MultiWorkerMirroredStrategy(keras_guard.RefusesKeras3, keras_guard.Refuses
   with XLA across CPU workers: XLA has no CPU collectives.
   """
 
-  _tfdist_name = "multi_worker_mirrored"
+  _tfdist_name = Name.MULTI_WORKER_MIRRORED
 
   def _jit_failure(self):
     several = keras_support.is_multi_worker_mirrored(self) or \
@@ -127,7 +128,7 @@ def multi_worker_mirrored(cluster: registry.ClusterArg = None,
         "communication='nccl' runs only on GPUs and this machine has none; "
         "falling back to 'ring'. Pass communication='ring' to silence this.")
     communication = "ring"
-  resolver = registry.cluster_resolver("multi_worker_mirrored", cluster)
+  resolver = registry.cluster_resolver(Name.MULTI_WORKER_MIRRORED, cluster)
   if resolver is None:  # No cluster at all: a single local worker, as TF itself does.
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
   options = tf.distribute.experimental.CommunicationOptions(

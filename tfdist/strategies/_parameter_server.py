@@ -11,6 +11,7 @@ from typing import Optional
 import tensorflow as tf
 
 from tfdist import _keras_support as keras_support
+from tfdist._choices import Name
 from tfdist.strategies import _servers as servers_lib
 from tfdist.cluster import preflight as preflight_lib
 from tfdist import cluster as cluster_lib
@@ -51,7 +52,7 @@ class ParameterServerStrategy(keras_guard.RefusesKeras3, keras_guard.RefusesJitC
   It owns its coordinator.
   """
 
-  _tfdist_name = "parameter_server"
+  _tfdist_name = Name.PARAMETER_SERVER
 
   def _jit_failure(self):
     return keras_guard.XLA_PS_VARIABLES
@@ -134,7 +135,7 @@ def parameter_server(cluster: registry.ClusterArg = None,
         cluster.to_tf(), task_type=cluster.task.type if cluster.task else None,
         task_id=cluster.task.index if cluster.task else None, rpc_layer="grpc")
   else:
-    resolver = registry.cluster_resolver("parameter_server", cluster)
+    resolver = registry.cluster_resolver(Name.PARAMETER_SERVER, cluster)
     if resolver is None:
       raise ValueError(
           "parameter_server needs a cluster with ps and worker tasks: set "
