@@ -70,3 +70,48 @@ def garbage_collected():
   a finalizer that restores a variable runs first."""
   yield
   gc.collect()
+
+
+# CPU seconds per test, beside pytest's wall-time durations: the suite is CPU-bound on 2
+# cores (docs/suite-time.md), so a test's share of the run is its CPU, its own and that of
+# the processes it started and waited for, not its wall time under the others' load.
+CPU_REPORT_LENGTH = 20
+
+
+def _cpu_seconds():
+  times = os.times()
+  return times.user + times.system + times.children_user + times.children_system
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+  item.stash[_CPU_START] = _cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+  outcome = yield
+  report = outcome.get_result()
+  if call.when == "teardown" and _CPU_START in item.stash:
+    report.user_properties.append(("cpu_seconds", _cpu_seconds() - item.stash[_CPU_START]))
+
+
+_CPU_START = pytest.StashKey[float]()
+_CPU_BY_TEST = {}
+
+
+def pytest_runtest_logreport(report):
+  for name, value in report.user_properties:
+    if name == "cpu_seconds":
+      _CPU_BY_TEST[report.nodeid] = value
+
+
+def pytest_terminal_summary(terminalreporter):
+  if not _CPU_BY_TEST:
+    return
+  heaviest = sorted(_CPU_BY_TEST.items(), key=lambda item: -item[1])[:CPU_REPORT_LENGTH]
+  terminalreporter.section(f"most CPU: {CPU_REPORT_LENGTH} tests, with the processes they waited for")
+  for nodeid, seconds in heaviest:
+    terminalreporter.write_line(f"{seconds:8.1f}s cpu  {nodeid}")
+  terminalreporter.write_line(f"{sum(_CPU_BY_TEST.values()):8.1f}s cpu  in all, "
+                              f"{len(_CPU_BY_TEST)} tests")
