@@ -2,6 +2,7 @@
 
 import gc
 import importlib
+import json
 import logging
 import os
 
@@ -106,12 +107,28 @@ def pytest_runtest_logreport(report):
       _CPU_BY_TEST[report.nodeid] = value
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_addoption(parser):
+  parser.addoption("--cpu-lines", metavar="PATH",
+                   help="Append each test's CPU seconds to PATH, one JSON line a test.")
+
+
+def pytest_terminal_summary(terminalreporter, config):
   if not _CPU_BY_TEST:
     return
+  if config.getoption("cpu_lines"):
+    with open(config.getoption("cpu_lines"), "a", encoding="utf-8") as lines:
+      for nodeid, seconds in _CPU_BY_TEST.items():
+        lines.write(json.dumps({"test": nodeid, "cpu_seconds": round(seconds, 2)}) + "\n")
   heaviest = sorted(_CPU_BY_TEST.items(), key=lambda item: -item[1])[:CPU_REPORT_LENGTH]
-  terminalreporter.section(f"most CPU: {CPU_REPORT_LENGTH} tests, with the processes they waited for")
+  terminalreporter.section(f"most CPU: {CPU_REPORT_LENGTH} tests and files, with the processes "
+                           "they waited for")
   for nodeid, seconds in heaviest:
     terminalreporter.write_line(f"{seconds:8.1f}s cpu  {nodeid}")
+  by_file = {}
+  for nodeid, seconds in _CPU_BY_TEST.items():
+    by_file[nodeid.split("::")[0]] = by_file.get(nodeid.split("::")[0], 0.0) + seconds
+  terminalreporter.write_line("by file:")
+  for path, seconds in sorted(by_file.items(), key=lambda item: -item[1])[:CPU_REPORT_LENGTH]:
+    terminalreporter.write_line(f"{seconds:8.1f}s cpu  {path}")
   terminalreporter.write_line(f"{sum(_CPU_BY_TEST.values()):8.1f}s cpu  in all, "
                               f"{len(_CPU_BY_TEST)} tests")
