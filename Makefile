@@ -32,17 +32,20 @@ CPU_NO_DEPS := tf-keras==2.21.0
 # What installing tfdist beside them must leave as it is.
 STACK_PACKAGES := ^(tensorflow|tensorflow[-_]cpu|tf[-_]keras|tf[-_]keras[-_]nightly|keras|keras[-_]nightly|tensorboard|protobuf|numpy)==
 
-.PHONY: compare test test-fast test-versions test-oldest test-newest test-cpu install slurm browser docs
+.PHONY: compare test test-fast test-versions test-oldest test-newest test-cpu install slurm browser \
+  system-packages docs
 
 install: $(VENV)/.installed $(CHECKOV)/.installed
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: setup.cfg pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[tensorflow,test]"
 	touch $@
 
-$(CHECKOV)/.installed: Makefile | $(VENV)/.installed
+$(CHECKOV)/.installed: Makefile | $(BIN)/python
 	$(PYTHON) -m venv $(CHECKOV)
 	$(CHECKOV)/bin/python -m pip install --quiet --upgrade pip
 	$(CHECKOV)/bin/python -m pip install --quiet "checkov==$(CHECKOV_VERSION)"
@@ -72,34 +75,50 @@ browser:
 	  echo "note: installing chromium failed; the browser test will be skipped (fail under CI)"; \
 	else echo "note: chromium not installed (needs root and apt-get); the browser test will be skipped (fail under CI)"; fi
 
-# Three phases. The first runs most tests, three processes at a time (whole files per
-# process, so a module's cluster is started once; two left a quarter of the cores idle
-# while tests waited on their children, docs/suite-time.md). Beside it, one process at a
-# time, the tests marked `versions` run on the oldest and the newest supported TensorFlow
-# and on tensorflow-cpu (test-versions, each stack installed first): phase 1 leaves about
-# a third of a core idle, which they take (docs/suite-time.md). Then the tests marked
-# `alone` (speeds measured side by side, hundreds of ports held) run with nothing else
-# beside them. Each phase prints its wall time, and pytest the 20 slowest tests
-# (setup.cfg): a regression shows the day it lands.
-test: install slurm browser
-	@rm -f .venv-versions.log .venv-versions.code; start=$$(date +%s); ($(MAKE) -k --no-print-directory test-versions VERSIONS_WORKERS=1 \
-	  > .venv-versions.log 2>&1; echo $$? > .venv-versions.code; \
-	  echo "phase 3 (the version-sensitive tests on TensorFlow 2.17.1, 2.22.0rc0 and tensorflow-cpu 2.21, beside phase 1, installs included): $$(( $$(date +%s) - start )) s of wall time" \
+# Three phases, after a set-up. The first runs most tests, three processes at a time (whole
+# files per process, so a module's cluster is started once; two left a quarter of the cores
+# idle while tests waited on their children, docs/suite-time.md). Beside it, one process at
+# a time, the tests marked `versions` run on the oldest and the newest supported TensorFlow
+# and on tensorflow-cpu (test-versions, the three stacks installed first). Then the tests
+# marked `alone` (speeds measured side by side, hundreds of ports held) run with nothing
+# else beside them.
+# The suite is CPU-bound on 2 cores, so the work beside phase 1 slows it: phase 3 starts
+# with the set-up instead, whose pip and apt-get leave a core idle, and installs its stacks
+# there; the set-up's own parts run side by side too (docs/suite-time.md).
+# Each phase prints its wall time, and pytest the 20 slowest tests (setup.cfg) and the 20
+# tests and files that used the most CPU (tests/conftest.py): a regression shows the day it
+# lands.
+test:
+	@rm -f .venv-versions.log .venv-versions.code; start=$$(date +%s); \
+	 ($(MAKE) -k --no-print-directory test-versions VERSIONS_WORKERS=1 > .venv-versions.log 2>&1; \
+	  echo $$? > .venv-versions.code; \
+	  echo "phase 3 (the version-sensitive tests on TensorFlow 2.17.1, 2.22.0rc0 and tensorflow-cpu 2.21, from the set-up's start, installs included): $$(( $$(date +%s) - start )) s of wall time" \
 	  >> .venv-versions.log) & \
-	 $(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder -m "not alone"; \
-	  code=$$?; echo "phase 1 (not alone, 3 processes): $$(( $$(date +%s) - start )) s of wall time"; \
-	  wait; echo "--- phase 3, which ran beside phase 1 (.venv-versions.log):"; \
+	 $(MAKE) --no-print-directory -j3 install system-packages || { \
+	   echo "set-up failed (above); phase 3 goes on in .venv-versions.log"; exit 1; }; \
+	 echo "set-up (the test virtualenv, checkov, SLURM and Chromium, side by side): $$(( $$(date +%s) - start )) s of wall time"; \
+	 phase1=$$(date +%s); $(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder -m "not alone"; \
+	  code=$$?; echo "phase 1 (not alone, 3 processes): $$(( $$(date +%s) - phase1 )) s of wall time"; \
+	  wait; echo "--- phase 3, which ran beside the set-up and phase 1 (.venv-versions.log):"; \
 	  cat .venv-versions.log; [ "$$(cat .venv-versions.code)" = 0 ] && exit $$code; \
 	  echo "phase 3 failed (above)"; exit 1
 	@start=$$(date +%s); $(BIN)/python -m pytest -m alone; \
 	  code=$$?; echo "phase 2 (alone): $$(( $$(date +%s) - start )) s of wall time"; exit $$code
+
+# The system packages the suite uses, one after the other: apt-get takes a lock.
+system-packages:
+	@$(MAKE) --no-print-directory slurm
+	@$(MAKE) --no-print-directory browser
 
 # The version-sensitive tests (marked `versions`) on the oldest and the newest supported
 # TensorFlow, and `tfdist doctor` with its tests on tensorflow-cpu. Each stack is installed
 # first, as a user's image has it; installing tfdist beside it must change none of it.
 # Their temporary folders are their own: pytest prunes the numbered ones of other runs.
 VERSIONS_WORKERS ?= 3
-test-versions: test-oldest test-newest test-cpu
+# The three stacks are installed first, then tested, so that `make test` can install them
+# during its set-up (above).
+test-versions: $(OLDEST)/.installed $(NEWEST)/.installed $(CPU)/.installed
+	@$(MAKE) -k --no-print-directory test-oldest test-newest test-cpu
 
 test-oldest test-newest: test-%: .venv-%/.installed
 	@temporary=$${TMPDIR:-/tmp}/tfdist-test-$*-$$$$; \

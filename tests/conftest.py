@@ -113,7 +113,8 @@ def pytest_addoption(parser):
 
 
 def pytest_terminal_summary(terminalreporter, config):
-  if not _CPU_BY_TEST:
+  # xdist's workers report to their controller, which prints and writes for them all.
+  if not _CPU_BY_TEST or hasattr(config, "workerinput"):
     return
   if config.getoption("cpu_lines"):
     with open(config.getoption("cpu_lines"), "a", encoding="utf-8") as lines:
