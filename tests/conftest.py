@@ -77,6 +77,8 @@ def garbage_collected():
 # cores (docs/suite-time.md), so a test's share of the run is its CPU, its own and that of
 # the processes it started and waited for, not its wall time under the others' load.
 CPU_REPORT_LENGTH = 20
+_CPU_START = pytest.StashKey[float]()
+_CPU_BY_TEST = {}
 
 
 def _cpu_seconds():
@@ -95,10 +97,6 @@ def pytest_runtest_makereport(item, call):
   report = outcome.get_result()
   if call.when == "teardown" and _CPU_START in item.stash:
     report.user_properties.append(("cpu_seconds", _cpu_seconds() - item.stash[_CPU_START]))
-
-
-_CPU_START = pytest.StashKey[float]()
-_CPU_BY_TEST = {}
 
 
 def pytest_runtest_logreport(report):
@@ -127,7 +125,8 @@ def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.write_line(f"{seconds:8.1f}s cpu  {nodeid}")
   by_file = {}
   for nodeid, seconds in _CPU_BY_TEST.items():
-    by_file[nodeid.split("::")[0]] = by_file.get(nodeid.split("::")[0], 0.0) + seconds
+    path = nodeid.split("::")[0]
+    by_file[path] = by_file.get(path, 0.0) + seconds
   terminalreporter.write_line("by file:")
   for path, seconds in sorted(by_file.items(), key=lambda item: -item[1])[:CPU_REPORT_LENGTH]:
     terminalreporter.write_line(f"{seconds:8.1f}s cpu  {path}")

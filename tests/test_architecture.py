@@ -524,3 +524,23 @@ def test_every_tfdist_variable_is_declared_once_and_listed_in_the_architecture_p
     assert row in page, f"docs/reference/environment.md's row for {v.name} should read: {row}"
   listed = re.findall(r"^\| `(TFDIST_[A-Z_]+)` \|", page, re.M)
   assert sorted(listed) == sorted(names), set(listed) ^ set(names)
+
+
+def test_every_tfdist_variable_a_template_or_manifest_names_is_declared():
+  """What Python cannot import, the SLURM script and the manifests users keep, names declared
+  variables only: each `TFDIST_` name in them is one of tfdist/_variables.py's."""
+  from tfdist import _variables  # pylint: disable=import-outside-toplevel
+  declared = {v.name for v in _variables.VARIABLES}
+  files = [path for folder in ("tfdist", "launch")
+           for path in glob.glob(os.path.join(helpers.REPO, folder, "**", "*"), recursive=True)
+           if os.path.isfile(path) and not path.endswith((".py", ".pyc"))]
+  named, undeclared = set(), []
+  for path in files:
+    with open(path, errors="replace") as f:
+      for number, line in enumerate(f, 1):
+        for name in re.findall(r"\bTFDIST_[A-Z_]+\b", line):
+          named.add(name)
+          if name not in declared:
+            undeclared.append(f"{os.path.relpath(path, helpers.REPO)}:{number}: {name}")
+  assert not undeclared, f"declare it in tfdist/_variables.py: {undeclared}"
+  assert {"TFDIST_SLURM_NUM_PS", "TFDIST_PREFLIGHT_TIMEOUT"} <= named, sorted(named)
