@@ -1,5 +1,6 @@
 """tfdist.training.precision: mixed precision for both Kerases, under strategies."""
 
+import contextlib
 import re
 
 import pytest
@@ -20,10 +21,37 @@ def test_a_policy_reaches_both_kerases_and_is_restored():
   assert keras3.layers.Dense(1).compute_dtype == "float32"
 
 
-def test_unknown_policies_name_the_valid_ones():
+@pytest.mark.parametrize("set_it", [precision.set_policy, precision.policy],
+                         ids=["set_policy", "policy"])
+def test_unknown_policies_name_the_valid_ones(set_it):
   with pytest.raises(ValueError, match=r"must be one of \['float32', 'mixed_bfloat16', "
                      r"'mixed_float16'\]. Received: 'bfloat16'"):
-    precision.set_policy("bfloat16")
+    with set_it("bfloat16") or contextlib.nullcontext():
+      pass
+
+
+def test_float32_imports_no_keras_and_a_keras_imported_in_the_block_is_float32():
+  # A fresh tf_keras process, as a tf_keras task is (TensorFlow then imports tf_keras, not
+  # Keras 3): every `tfdist train` runs the block, and it imported Keras 3 (about 0.8 s of
+  # CPU with the matplotlib and IPython it brings) also to train tf_keras in float32.
+  code = (
+      "import sys\n"
+      "from tfdist.training import precision\n"
+      "import tensorflow, tf_keras\n"
+      "with precision.policy('float32'):\n"
+      "  assert 'keras' not in sys.modules, 'float32 imported Keras 3'\n"
+      "  import keras\n"
+      "  print('in float32', keras.layers.Dense(1).compute_dtype)\n"
+      "with precision.policy('mixed_bfloat16'):\n"
+      "  print('in mixed_bfloat16', keras.layers.Dense(1).compute_dtype,\n"
+      "        tf_keras.layers.Dense(1).compute_dtype)\n"
+      "print('after', keras.layers.Dense(1).compute_dtype, tf_keras.layers.Dense(1).compute_dtype)\n")
+  result = helpers.run(helpers.python("-c", code), timeout=120,
+                       env={"TF_USE_LEGACY_KERAS": "1"})
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert "in float32 float32" in result.stdout, result.stdout[-3000:]
+  assert "in mixed_bfloat16 bfloat16 bfloat16" in result.stdout, result.stdout[-3000:]
+  assert "after float32 float32" in result.stdout, result.stdout[-3000:]
 
 
 @pytest.mark.slow
