@@ -114,6 +114,8 @@ def test_tf_keras_trains_under_two_workers_with_identical_losses():
   default = {line.split("]")[0]: line.split("DEFAULT_REDUCTION_TRAINED: ")[1]
              for line in result.stdout.splitlines() if "DEFAULT_REDUCTION_TRAINED: " in line}
   assert default["[worker:0"] == default["[worker:1"] == losses["[worker:0"]
+  # A tf_keras job does not import Keras 3 (before: every MWMS worker did, to patch it).
+  assert result.stdout.count("KERAS3_IMPORTED: False") == 2, result.stdout[-3000:]
 
 
 @pytest.mark.slow

@@ -94,7 +94,9 @@ def test_raw_keras3_still_fails_under_two_workers():
 
 @pytest.mark.slow
 def test_keras3_fits_evaluates_and_predicts_under_two_workers():
-  result = _launch("keras3", "multi_worker_mirrored")
+  # `python -I`: without the task site's import hooks, as in a job `tfdist launch` did not
+  # start. The script imports Keras 3 after make_strategy, which patches it on that import.
+  result = _launch("keras3", "multi_worker_mirrored", python_flags=("-I",))
   assert result.returncode == 0, result.stdout[-3000:]
   losses = _per_worker(result.stdout, "TRAINED")
   assert set(losses) == {"worker:0", "worker:1"}

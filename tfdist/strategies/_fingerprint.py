@@ -56,6 +56,7 @@ from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
 
+from tfdist import _stack
 from tfdist import _variables as variables
 import tfdist
 from tfdist.task import progress
@@ -95,11 +96,9 @@ def fingerprint(strategy=None) -> Dict[str, str]:
   """What every worker of a job must share, by field; with `strategy`, its replicas here."""
   keras_in_use = "tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS", "") in (
       "1", "true", "True") else "keras3"
-  try:
-    import keras  # pylint: disable=import-outside-toplevel
-    keras_version = keras.__version__
-  except ImportError:
-    keras_version = "none"
+  # The installed Keras 3, from its package metadata: importing it cost a process that trains
+  # with tf_keras about a second of CPU (docs/suite-time.md).
+  keras_version = next(filter(None, map(_stack.installed, _stack.KERAS_DISTRIBUTIONS)), "none")
   devices = {}
   for device in tf.config.list_logical_devices():
     devices[device.device_type] = devices.get(device.device_type, 0) + 1

@@ -7,6 +7,7 @@ answers: TF's constructor waits forever for a worker that never started.
 
 import contextlib
 import logging
+import sys
 from typing import Optional
 
 import tensorflow as tf
@@ -21,6 +22,7 @@ from tfdist.cluster import preflight as preflight_lib
 from tfdist import cluster as cluster_lib
 from tfdist.strategies import _keras_guard as keras_guard
 from tfdist.strategies import _registry as registry
+from tfdist.task import _imports as task_imports
 
 logger = logging.getLogger("tfdist")
 
@@ -46,7 +48,8 @@ class MultiWorkerMirroredStrategy(keras_guard.RefusesKeras3, keras_guard.Refuses
 
   With 2+ workers it enables `keras_internals.enable_multi_worker()`, and
   `keras_callbacks.enable_chief_writes()` for Keras 3's own file-writing
-  callbacks; for a
+  callbacks, once Keras 3 is imported (a process that trains with tf_keras
+  never imports it); for a
   Keras 3 outside the tested versions, a Keras 3 `fit` is refused up front with
   the reason instead of failing inside its first step. So is a step compiled
   with XLA across CPU workers: XLA has no CPU collectives.
@@ -163,9 +166,32 @@ def multi_worker_mirrored(cluster: registry.ClusterArg = None,
           f"Received: {e}") from e
     raise
   if keras_support.is_multi_worker_mirrored(strategy):
-    keras_internals.enable_multi_worker()
-    # Keras 3's own BackupAndRestore, ModelCheckpoint and TensorBoard write once, from the
-    # chief, and a restored backup reads on after its batch, as under `tfdist launch`.
-    from tfdist.data import replay
-    keras_callbacks.enable_chief_writes(on_restore=replay.read_on_keras3_fit)
+    _when_imported(keras_internals.TRAINER_MODULE, _enable_multi_worker)
+    _when_imported(keras_callbacks.CALLBACKS_MODULE, _enable_chief_writes)
   return strategy
+
+
+# Keras 3's patches wait for Keras 3: importing it to patch it cost a process that trains
+# with tf_keras (TF_USE_LEGACY_KERAS=1, as `tfdist launch` sets by default) about a second
+# of CPU, Matplotlib included (docs/suite-time.md).
+_waiting = set()
+
+
+def _when_imported(module: str, function) -> None:
+  """`function(module)` now if `module` is imported, else right after it first executes."""
+  if module in sys.modules:
+    function(sys.modules[module])
+  elif module not in _waiting:  # Once per process, however many strategies it makes.
+    _waiting.add(module)
+    task_imports.after_import(module, function)
+
+
+def _enable_multi_worker(_) -> None:
+  keras_internals.enable_multi_worker()
+
+
+def _enable_chief_writes(_) -> None:
+  # Keras 3's own BackupAndRestore, ModelCheckpoint and TensorBoard write once, from the
+  # chief, and a restored backup reads on after its batch, as under `tfdist launch`.
+  from tfdist.data import replay  # pylint: disable=import-outside-toplevel
+  keras_callbacks.enable_chief_writes(on_restore=replay.read_on_keras3_fit)

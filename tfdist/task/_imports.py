@@ -1,8 +1,9 @@
-"""Running a function right after a module first executes, for the tasks `tfdist launch` starts.
+"""Running a function right after a module first executes: tasks, and Keras 3's patches.
 
 The task site (`tfdist.task._keras`) runs before the user's script,
 which may never import TensorFlow or Keras; what tfdist enables in them waits
-for their import, so a process that never imports them loads nothing. A hook
+for their import, so a process that never imports them loads nothing. A
+multi-worker `make_strategy` waits in the same way to patch Keras 3. A hook
 waits until the module executes: a bare `importlib.util.find_spec` (TensorFlow
 asks for "keras" without importing it) leaves it waiting.
 

@@ -1,0 +1,38 @@
+"""A census of Python processes, for measuring the suite: one JSON line per process at exit.
+
+Not part of tfdist. Put this folder on PYTHONPATH for a run, e.g. a rehearsal of CI:
+
+    PYTHONPATH=$PWD/benchmarks/census CENSUS_LOG=/tmp/census.jsonl CI=true bash .ci/run
+    python benchmarks/census_summary.py /tmp/census.jsonl
+
+Each line: the process's argv, interpreter, the test it ran for (PYTEST_CURRENT_TEST,
+which a test's children inherit), whether it imported TensorFlow, Keras 3, tf_keras and
+Matplotlib's pyplot, and its CPU and wall seconds. A process killed by a signal writes
+nothing, so fault-injection tests are undercounted. `tfdist launch`'s task site hands
+over to this file (tfdist/task/site/sitecustomize.py), so tasks are counted too.
+"""
+
+import atexit
+import json
+import os
+import sys
+import time
+
+_START = time.time()
+
+
+def _write():
+  try:
+    times, modules = os.times(), sys.modules
+    line = {"pid": os.getpid(), "argv": sys.argv[:4], "exe": sys.executable,
+            "test": os.environ.get("PYTEST_CURRENT_TEST", ""),
+            "tf": "tensorflow" in modules, "k3": "keras.src" in modules,
+            "tfk": "tf_keras" in modules, "mpl": "matplotlib.pyplot" in modules,
+            "cpu": round(times.user + times.system, 2), "wall": round(time.time() - _START, 2)}
+    with open(os.environ.get("CENSUS_LOG", "/tmp/census.jsonl"), "a") as f:
+      f.write(json.dumps(line) + "\n")
+  except Exception:  # pylint: disable=broad-except  Never fail the process it counts.
+    pass
+
+
+atexit.register(_write)
