@@ -95,7 +95,7 @@ def test_each_task_shows_its_status_and_keras_bar_while_its_epoch_runs(keras):
   for worker in (0, 1):
     status = [i for i, line in enumerate(lines) if re.fullmatch(
         rf"\[worker:{worker}\] tfdist: worker:{worker} epoch 1/1, step \d+/32, [\d.]+ steps/s, "
-        r"loss \d+\.\d{4}, about \d+s left in this epoch", line)]
+        r"loss \d+\.\d{4}(e-\d\d)?, about \d+s left in this epoch", line)]
     assert status and status[0] < end, result.stdout[-3000:]
     # Keras's own bar, which redraws its line with `\r`, shows during the epoch too.
     bar = [i for i, line in enumerate(lines) if line.startswith(f"[worker:{worker}] ")
