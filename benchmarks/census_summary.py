@@ -1,6 +1,6 @@
 """Summarizes a census of Python processes (benchmarks/census/sitecustomize.py).
 
-    python benchmarks/census_summary.py /tmp/census.jsonl [--top=30]
+    python benchmarks/census_summary.py CENSUS_LOG [--top=30]
 
 Prints, for the processes of the test virtualenv (.venv): how many imported TensorFlow
 and their CPU; how many imported Keras 3 and tf_keras; then the scripts that used the
