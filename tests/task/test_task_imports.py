@@ -36,3 +36,24 @@ def test_a_module_already_imported_runs_the_function_at_once_and_errors_are_warn
   assert ran == ["json"]
   task_imports.after_import("json", lambda module: 1 / 0)
   assert "what it enables after importing json was not enabled: ZeroDivisionError" in caplog.text
+
+
+def test_the_same_function_asked_again_waits_once(tmp_path, monkeypatch):
+  # As when a process makes several multi-worker strategies before importing Keras 3.
+  (tmp_path / "tfdist_probe_two.py").write_text("VALUE = 2\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.delitem(sys.modules, "tfdist_probe_two", raising=False)
+  ran = []
+
+  def record(module):
+    ran.append(module.VALUE)
+
+  try:
+    for _ in range(3):
+      task_imports.after_import("tfdist_probe_two", record)
+    assert sum(getattr(f, "name", None) == "tfdist_probe_two" for f in sys.meta_path) == 1
+    importlib.import_module("tfdist_probe_two")
+    assert ran == [2]
+  finally:
+    sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "name", None) != "tfdist_probe_two"]
+    sys.modules.pop("tfdist_probe_two", None)

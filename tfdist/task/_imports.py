@@ -23,12 +23,15 @@ logger = logging.getLogger("tfdist")
 def after_import(name: str, function: Callable[[object], None]) -> None:
   """Calls `function(module)` right after module `name` first executes (at once if it has).
 
-  An exception in `function` is logged as a warning, never raised into the import.
+  An exception in `function` is logged as a warning, never raised into the import. The
+  same `function` waits for `name` once, however often it is asked for.
   """
   if name in sys.modules:
     _call(function, sys.modules[name])
     return
-  sys.meta_path.insert(0, _AfterImport(name, function))
+  if not any(isinstance(finder, _AfterImport) and finder.name == name and
+             finder.function is function for finder in sys.meta_path):
+    sys.meta_path.insert(0, _AfterImport(name, function))
 
 
 def _call(function, module) -> None:
