@@ -43,7 +43,7 @@ class Rehearsal:
   def start(self, directory):
     plan = os.path.join(directory, "plan.json")
     with open(plan, "w") as f:
-      json.dump(self.plan, f)
+      json.dump({**self.plan, "temporary": os.path.join(directory, "pods")}, f)
     self.process = subprocess.Popen(
         ["unshare", "--user", "--map-root-user", "--net", "--mount", "--", sys.executable,
          os.path.abspath(__file__), plan], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -80,16 +80,21 @@ def _hosts_file(pods):
   hosts.write("\n".join(lines) + "\n")
   hosts.close()
   subprocess.run(["mount", "--bind", hosts.name, "/etc/hosts"], check=True)
+  os.unlink(hosts.name)  # The mount keeps the file for this namespace.
 
 
-def _start(pod, output_lock):
+def _start(pod, output_lock, temporary_root):
   command = [sys.executable if pod["command"][0] == "python" else pod["command"][0],
              *pod["command"][1:]]
   from tfdist.launch import _supervision as supervision  # pylint: disable=import-outside-toplevel
   # The image's python: this one, for the command and what it runs.
   path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+  # Each pod its own temporary folder, as each has its own filesystem: what a pod killed
+  # leaves there goes with the pod (the folders are in the test's own, which pytest removes).
+  temporary = os.path.join(temporary_root, pod["host"])
+  os.makedirs(temporary, exist_ok=True)
   process = subprocess.Popen(command, env={**os.environ, **pod["env"], "PATH": path,
-                                           "PYTHONUNBUFFERED": "1"},
+                                           "PYTHONUNBUFFERED": "1", "TMPDIR": temporary},
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, start_new_session=True,
                              preexec_fn=supervision.die_with_parent(os.getpid()))
@@ -114,6 +119,7 @@ def _stop(processes):
 
 def _control(plan) -> int:
   """The JobSet controller, for pods on this machine; the JobSet's exit code."""
+  temporary_root = plan["temporary"]  # In the test's own folder: pytest removes it.
   from tfdist.launch import private_network  # pylint: disable=import-outside-toplevel
   private_network.loopback_up()
   _hosts_file(plan["pods"])
@@ -126,7 +132,7 @@ def _control(plan) -> int:
              if not plan["success_jobs"] or p["replicated_job"] in plan["success_jobs"]]
   restarts = 0
   while True:
-    processes = {host: _start(pod, lock) for host, pod in pods.items()}
+    processes = {host: _start(pod, lock, temporary_root) for host, pod in pods.items()}
     failed = None
     while failed is None:
       while not commands.empty():
@@ -140,7 +146,7 @@ def _control(plan) -> int:
         if pods[host]["restart_policy"] == "OnFailure":
           with lock:
             print(f"[jobset] pod {host} exited with {code}; restarting it in place", flush=True)
-          processes[host] = _start(pods[host], lock)
+          processes[host] = _start(pods[host], lock, temporary_root)
         else:
           failed = host, code
           break

@@ -349,21 +349,30 @@ def _listening_ports(pids) -> set:
   return ports
 
 
-def test_a_sigkilled_launcher_leaves_no_task_behind_in_a_private_network(tmp_path):
-  # The tasks run behind nsenter there: the parent-death signal must survive it.
+def test_a_sigkilled_launcher_leaves_no_task_and_no_folder_behind_in_a_private_network(tmp_path):
+  # The tasks run behind nsenter there: the parent-death signal must survive it. The
+  # launcher's folders (the tasks' records, their progress for the stall watchdog) go
+  # too, though no finally ran: they are made in the launcher's TMPDIR, watched here.
   script = ("import json, os, sys, time; t = json.loads(os.environ['TF_CONFIG'])['task']; "
             "open(os.path.join(sys.argv[1], str(t['index'])), 'w').write(str(os.getpid())); "
             "time.sleep(300)")
-  command = helpers.tfdist_cli("launch", "--workers=2", "--", sys.executable, "-c", script,
-                               str(tmp_path))
-  with helpers.spawned(command) as launcher:
-    helpers.wait_for_files(tmp_path, 2, seconds=60)
-    pids = [int((tmp_path / name).read_text()) for name in os.listdir(tmp_path)]
+  pids_dir, temporary = tmp_path / "pids", tmp_path / "tmp"
+  pids_dir.mkdir()
+  temporary.mkdir()
+  command = helpers.tfdist_cli("launch", "--workers=2", "--stall_timeout=300", "--",
+                               sys.executable, "-c", script, str(pids_dir))
+  with helpers.spawned(command, env={"TMPDIR": str(temporary)}) as launcher:
+    helpers.wait_for_files(pids_dir, 2, seconds=60)
+    pids = [int((pids_dir / name).read_text()) for name in os.listdir(pids_dir)]
+    folders = sorted(name.rsplit("-", 1)[0] for name in os.listdir(temporary))
+    assert folders == ["tfdist-joined", "tfdist-progress"], folders
     os.kill(launcher.pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+    while time.monotonic() < deadline and (any(_alive(pid) for pid in pids)
+                                           or os.listdir(temporary)):
       time.sleep(0.2)
   assert not [pid for pid in pids if _alive(pid)]
+  assert not os.listdir(temporary)
 
 
 @pytest.mark.slow

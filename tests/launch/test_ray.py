@@ -482,8 +482,8 @@ def test_an_actors_folders_go_when_it_is_sigkilled(tmp_path):
   (folder / "worker-0.tensorflow").write_text("")
   code = textwrap.dedent("""
       import os, signal, sys, time
-      from tfdist.launch.ray import _launcher as ray_launcher
-      remover = ray_launcher.remove_when_gone(sys.argv[1:])
+      from tfdist.launch import _supervision as supervision
+      remover = supervision.remove_when_gone(sys.argv[1:])
       time.sleep(1)
       print(os.path.isdir(sys.argv[1]), flush=True)
       # As Ray kills an actor: its children first (kill_child_processes_on_worker_exit).

@@ -53,3 +53,14 @@ def test_two_workers_with_two_devices_each_are_four_replicas_equal_to_one_device
   assert first["weights"] == second["weights"]  # Identical on both workers.
   assert first["losses"][-1] < 0.5 * first["losses"][0]
   assert first["single_device_difference"] < 1e-5
+
+
+def test_the_keras3_refusal_says_why_the_patch_is_off_under_a_tested_keras():
+  from tfdist.internals import keras as keras_internals
+  from tfdist.strategies import _multi_worker_mirrored
+  assert keras_internals.unsupported_reason() is None  # The Keras 3 of this suite is tested.
+  text = _multi_worker_mirrored.keras3_refusal()
+  assert "keras-team/keras#20585" in text
+  # The strategy class built directly skips the patch: the refusal says so, not "None".
+  assert text.endswith("which did not build this strategy: build it with make_strategy"), text
+  assert "None" not in text, text

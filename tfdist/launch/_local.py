@@ -110,7 +110,8 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec,
   training = sum(1 for task in spec.tasks() if supervision.trains(spec, task))
   stall_timeout = watchdog.resolve_timeout(options.stall_timeout, training, env)
   # Where the tasks record building a strategy over the cluster (tfdist.task._trains_alone).
-  with trains_alone.joined_folder(env) as joined_dir:
+  with trains_alone.joined_folder(env) as joined_dir, \
+      supervision.remove_when_gone([joined_dir]):  # Also if this launcher is SIGKILLed.
     cluster = supervision.Cluster(command, spec, env, options.output or sys.stdout,
                                   options.grace_period, data_service,
                                   stall_timeout=stall_timeout)

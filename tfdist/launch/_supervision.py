@@ -21,9 +21,10 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
-from typing import Callable, Deque, Dict, List, Mapping, Optional
+from typing import Callable, Deque, Dict, List, Mapping, Optional, Sequence
 
 from tfdist import cluster as cluster_lib
 from tfdist.task import progress
@@ -68,6 +69,38 @@ def die_with_parent(launcher_pid: int):
     if os.getppid() != launcher_pid:  # The launcher died before prctl took effect.
       os._exit(1)
   return preexec
+
+
+# Waits until the process that started it has gone (its end of the pipe closes), then removes
+# the folders named: no finally runs in a process SIGKILLed (a launcher the OOM killer
+# picks, an actor Ray kills).
+_REMOVER = ("import shutil, sys\nsys.stdin.buffer.read()\n"
+            "for f in sys.argv[1:]: shutil.rmtree(f, True)")
+# Starts the remover and exits: Ray kills an actor's children with it, not their children.
+_DETACHED = ("import subprocess, sys\nsubprocess.Popen([sys.executable, '-I', '-S', '-c', "
+             "sys.argv[1], *sys.argv[2:]], start_new_session=True)")
+
+
+def remove_when_gone(folders: Sequence[str]):
+  """Removes `folders` once this process has exited, however it ended; keep what it returns.
+
+  The remover waits on a pipe whose one writer is this process (a launcher
+  SIGKILLed, a Ray actor `ray.kill`s, runs no finally). Ray kills an actor's
+  children with it, so the remover is a grandchild in its own session. Close
+  what it returns to remove the folders at once.
+
+  Example (a Ray actor's folders, removed also if it is SIGKILLed):
+
+      self._remover = remove_when_gone([folder])
+  """
+  read, write = os.pipe()
+  try:
+    subprocess.run([sys.executable, "-I", "-S", "-c", _DETACHED, _REMOVER, *folders],
+                   stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=60, check=True)
+  finally:
+    os.close(read)
+  return os.fdopen(write, "wb")
 
 
 @dataclasses.dataclass
@@ -151,9 +184,11 @@ class Cluster:
     if main_thread:
       for sig in (signal.SIGINT, signal.SIGTERM):
         previous[sig] = signal.signal(sig, lambda signum, frame: self.interrupted.append(signum))
+    remover = None
     if self.stall_timeout:
       self.watchdog = watchdog_lib.StallWatchdog(watchdog_lib.make_directory(),
                                                  self.stall_timeout)
+      remover = remove_when_gone([self.watchdog.directory])  # Also if this launcher is killed.
     try:
       while True:
         try:
@@ -175,6 +210,8 @@ class Cluster:
         if summary:
           self.report(summary)
         shutil.rmtree(self.watchdog.directory, ignore_errors=True)
+      if remover is not None:
+        remover.close()
       for sig, handler in previous.items():
         signal.signal(sig, handler)
 

@@ -67,7 +67,18 @@ class MultiWorkerMirroredStrategy(keras_guard.RefusesKeras3, keras_guard.Refuses
   def _keras3_failure(self):
     if not keras_support.is_multi_worker_mirrored(self) or keras_internals.is_enabled():
       return None
-    return f"{keras_support.MWMS_FAILURE}; {keras_internals.unsupported_reason()}"
+    return keras3_refusal()
+
+
+def keras3_refusal() -> str:
+  """Why a Keras 3 `fit` is refused under this multi-worker strategy: the upstream bug, and
+  why tfdist's patch for it is not applied."""
+  # A tested Keras 3 has no unsupported reason: then the strategy was built without
+  # make_strategy (the class itself), which is what applies the patch.
+  reason = keras_internals.unsupported_reason() or (
+      "tfdist's patch for it is applied by tfdist.make_strategy('multi_worker_mirrored'), "
+      "which did not build this strategy: build it with make_strategy")
+  return f"{keras_support.MWMS_FAILURE}; {reason}"
 
 
 def _check_devices_per_worker(devices_per_worker) -> None:

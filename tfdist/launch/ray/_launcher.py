@@ -192,7 +192,7 @@ class TaskProcess:
     self._lock = threading.Lock()
     self._result_folder: Optional[str] = None
     self._joined_folder: Optional[str] = None
-    self._remover = None  # Its pipe to the process that removes the folders (`remove_when_gone`).
+    self._remover = None  # Its pipe to the process that removes the folders (`supervision.remove_when_gone`).
 
   def start(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str],
             reports: bool = False) -> str:
@@ -215,7 +215,7 @@ class TaskProcess:
       full_env[trains_alone.JOINED_DIR_ENV] = self._joined_folder
     folders = [f for f in (self._result_folder, self._joined_folder) if f]
     if folders:  # Gone with this actor, also when Ray kills it (a lost launcher, a lost actor).
-      self._remover = remove_when_gone(folders)
+      self._remover = supervision.remove_when_gone(folders)
     if cwd is not None and not os.path.isdir(cwd):
       cwd = None  # Not on this node: the worker's own folder (give absolute paths).
     command = _watched(command, full_env)
@@ -284,36 +284,6 @@ class TaskProcess:
     """Sends `signum` to the task's process group (it and its children)."""
     if self._process is not None:
       supervision.signal_group(self._process, signum)
-
-
-# Waits until the process that started it has gone (its end of the pipe closes), then removes
-# the folders named: no Python finally runs in an actor Ray kills.
-_REMOVER = ("import shutil, sys\nsys.stdin.buffer.read()\n"
-            "for f in sys.argv[1:]: shutil.rmtree(f, True)")
-# Starts the remover and exits: Ray kills an actor's children with it, not their children.
-_DETACHED = ("import subprocess, sys\nsubprocess.Popen([sys.executable, '-I', '-S', '-c', "
-             "sys.argv[1], *sys.argv[2:]], start_new_session=True)")
-
-
-def remove_when_gone(folders: Sequence[str]):
-  """Removes `folders` once this process has exited, however it ended; keep what it returns.
-
-  The remover waits on a pipe whose one writer is this process: Ray SIGKILLs
-  an actor it kills (a lost launcher, `ray.kill`) with its children, so the
-  remover is a grandchild in its own session.
-
-  Example (an actor's folders, removed also if it is SIGKILLed):
-
-      self._remover = remove_when_gone([folder])
-  """
-  read, write = os.pipe()
-  try:
-    subprocess.run([sys.executable, "-I", "-S", "-c", _DETACHED, _REMOVER, *folders],
-                   stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   timeout=60, check=True)
-  finally:
-    os.close(read)
-  return os.fdopen(write, "wb")
 
 
 def _watched(command: Sequence[str], env: Mapping[str, str]) -> List[str]:
