@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -290,12 +289,14 @@ def test_resources_per_task_type_parse_with_suffixes_and_bad_ones_name_the_form(
 
 
 @pytest.mark.slow
-def test_a_sigkilled_launcher_leaves_no_actor_and_no_process(cluster, tmp_path):
+def test_a_sigkilled_launcher_leaves_no_actor_no_process_and_no_folder(cluster, tmp_path):
   marker = str(tmp_path / "sleeping")  # In every task's command line, to look for.
+  temporary = tmp_path / "tmp"  # The launcher's: its records' folder must go with it.
+  temporary.mkdir()
   with helpers.spawned(cluster.command(helpers.tfdist_cli(
       "launch", "--ray", "--workers=2", "--", *helpers.python(
           SCRIPT, "tf_keras", "multi_worker_mirrored", "sleep=300", marker))),
-                       env=cluster.env) as process:
+                       env={**cluster.env, "TMPDIR": str(temporary)}) as process:
     ready = 0
     for line in process.stdout:
       ready += "] READY" in line
@@ -306,13 +307,15 @@ def test_a_sigkilled_launcher_leaves_no_actor_and_no_process(cluster, tmp_path):
     # (`tfdist.launch._task`, which watches it for stalls) and its command.
     assert len(_pids_with(marker)) == 7, _pids_with(marker)
     assert "ALIVE 2" in cluster.run(helpers.python("-c", _ALIVE_ACTORS), timeout=120).stdout
+    assert [p.name.rsplit("-", 1)[0] for p in temporary.iterdir()] == ["tfdist-joined"]
     launcher = helpers.command_pid(process.pid, "tfdist launch")
     os.kill(launcher, signal.SIGKILL)
     process.communicate(timeout=60)
   deadline = time.monotonic() + 60
-  while _pids_with(marker) and time.monotonic() < deadline:
+  while (_pids_with(marker) or os.listdir(temporary)) and time.monotonic() < deadline:
     time.sleep(0.5)
   assert not _pids_with(marker)
+  assert not os.listdir(temporary)
   alive = cluster.run(helpers.python("-c", _ALIVE_ACTORS), timeout=120)
   assert alive.returncode == 0, alive.stdout[-2000:]
   deadline = time.monotonic() + 60
@@ -472,37 +475,6 @@ def test_an_actor_lost_after_its_task_exited_keeps_the_tasks_exit_code(tmp_path)
   assert out.read_text() == ("tfdist: worker:1 exited with code 3, then its Ray actor was lost "
                              "before handing back its result and records: The actor died before "
                              "result returned.\n")
-
-
-@pytest.mark.slow
-def test_an_actors_folders_go_when_it_is_sigkilled(tmp_path):
-  # Ray kills a lost launcher's actors, and their children: no finally runs in them.
-  folder = tmp_path / "tfdist-joined-x"
-  folder.mkdir()
-  (folder / "worker-0.tensorflow").write_text("")
-  code = textwrap.dedent("""
-      import os, signal, sys, time
-      from tfdist.launch import _supervision as supervision
-      remover = supervision.remove_when_gone(sys.argv[1:])
-      time.sleep(1)
-      print(os.path.isdir(sys.argv[1]), flush=True)
-      # As Ray kills an actor: its children first (kill_child_processes_on_worker_exit).
-      for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-          with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[1] == str(os.getpid()):
-              os.kill(int(pid), signal.SIGKILL)
-        except OSError:
-          pass
-      os.kill(os.getpid(), signal.SIGKILL)
-      """)
-  with helpers.spawned([sys.executable, "-c", code, str(folder)]) as process:
-    assert process.stdout.readline().strip() == "True"  # Kept while the process lives.
-    assert process.wait(timeout=60) == -signal.SIGKILL
-  deadline = time.monotonic() + 30
-  while folder.exists() and time.monotonic() < deadline:
-    time.sleep(0.05)
-  assert not folder.exists()
 
 
 def test_a_task_actor_hands_back_a_redrawn_line_while_its_task_still_runs(tmp_path):

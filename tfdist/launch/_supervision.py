@@ -21,16 +21,16 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
-from typing import Callable, Deque, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Deque, Dict, List, Mapping, Optional
 
 from tfdist import cluster as cluster_lib
 from tfdist.task import progress
 from tfdist.cluster import _grace as grace
 from tfdist.launch import _data_servers as data_servers
 from tfdist.launch._launcher import LaunchError
+from tfdist.launch import _removal as removal
 from tfdist.launch import watchdog as watchdog_lib
 
 _TAIL_LINES = 20
@@ -69,38 +69,6 @@ def die_with_parent(launcher_pid: int):
     if os.getppid() != launcher_pid:  # The launcher died before prctl took effect.
       os._exit(1)
   return preexec
-
-
-# Waits until the process that started it has gone (its end of the pipe closes), then removes
-# the folders named: no finally runs in a process SIGKILLed (a launcher the OOM killer
-# picks, an actor Ray kills).
-_REMOVER = ("import shutil, sys\nsys.stdin.buffer.read()\n"
-            "for f in sys.argv[1:]: shutil.rmtree(f, True)")
-# Starts the remover and exits: Ray kills an actor's children with it, not their children.
-_DETACHED = ("import subprocess, sys\nsubprocess.Popen([sys.executable, '-I', '-S', '-c', "
-             "sys.argv[1], *sys.argv[2:]], start_new_session=True)")
-
-
-def remove_when_gone(folders: Sequence[str]):
-  """Removes `folders` once this process has exited, however it ended; keep what it returns.
-
-  The remover waits on a pipe whose one writer is this process (a launcher
-  SIGKILLed, a Ray actor `ray.kill`s, runs no finally). Ray kills an actor's
-  children with it, so the remover is a grandchild in its own session. Close
-  what it returns to remove the folders at once.
-
-  Example (a Ray actor's folders, removed also if it is SIGKILLed):
-
-      self._remover = remove_when_gone([folder])
-  """
-  read, write = os.pipe()
-  try:
-    subprocess.run([sys.executable, "-I", "-S", "-c", _DETACHED, _REMOVER, *folders],
-                   stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   timeout=60, check=True)
-  finally:
-    os.close(read)
-  return os.fdopen(write, "wb")
 
 
 @dataclasses.dataclass
@@ -188,7 +156,7 @@ class Cluster:
     if self.stall_timeout:
       self.watchdog = watchdog_lib.StallWatchdog(watchdog_lib.make_directory(),
                                                  self.stall_timeout)
-      remover = remove_when_gone([self.watchdog.directory])  # Also if this launcher is killed.
+      remover = removal.remove_when_gone([self.watchdog.directory])  # Also if SIGKILLed.
     try:
       while True:
         try:

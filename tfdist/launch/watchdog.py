@@ -46,6 +46,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 from tfdist.task import _step_times as step_times
 from tfdist import _variables as variables
 from tfdist.task import progress
+from tfdist.launch import _removal as removal
 
 logger = logging.getLogger("tfdist")
 # Seconds without a step anywhere before a job is stalled, unless told.
@@ -400,6 +401,7 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
   that off).
   """
   directory = make_directory()
+  remover = removal.remove_when_gone([directory])  # Also if this wrapper is SIGKILLed.
   try:
     # In this wrapper's process group: a launcher that kills the group (Ray's actor,
     # even by SIGKILL) takes the command and whatever it started with it. A signal
@@ -456,6 +458,7 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
         signal.signal(sig, handler)
   finally:
     shutil.rmtree(directory, ignore_errors=True)
+    remover.close()
 
 
 def _signal(child: subprocess.Popen, signum: int) -> None:

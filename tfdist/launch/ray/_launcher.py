@@ -50,6 +50,7 @@ from tfdist.cluster import _elastic as elastic
 from tfdist.launch import _data_servers as data_servers
 from tfdist.launch import _exposure as exposure
 from tfdist.launch import _launcher as launcher_lib
+from tfdist.launch import _removal as removal
 from tfdist.launch.ray import _placement as ray_placement
 from tfdist.task import _result_channel as result_channel
 from tfdist.launch import _supervision as supervision
@@ -192,7 +193,7 @@ class TaskProcess:
     self._lock = threading.Lock()
     self._result_folder: Optional[str] = None
     self._joined_folder: Optional[str] = None
-    self._remover = None  # Its pipe to the process that removes the folders (`supervision.remove_when_gone`).
+    self._remover = None  # Its pipe to the folders' remover (`removal.remove_when_gone`).
 
   def start(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str],
             reports: bool = False) -> str:
@@ -215,7 +216,7 @@ class TaskProcess:
       full_env[trains_alone.JOINED_DIR_ENV] = self._joined_folder
     folders = [f for f in (self._result_folder, self._joined_folder) if f]
     if folders:  # Gone with this actor, also when Ray kills it (a lost launcher, a lost actor).
-      self._remover = supervision.remove_when_gone(folders)
+      self._remover = removal.remove_when_gone(folders)
     if cwd is not None and not os.path.isdir(cwd):
       cwd = None  # Not on this node: the worker's own folder (give absolute paths).
     command = _watched(command, full_env)
@@ -532,7 +533,8 @@ class RayLauncher(launcher_lib.Launcher):
       trains_alone.mode(env)
       watchdog.resolve_timeout(None, job.num_tasks, env)
       # Each task's local process leaves its node's records of joining a collective here.
-      with trains_alone.joined_folder(env) as joined_dir:
+      with trains_alone.joined_folder(env) as joined_dir, \
+          removal.remove_when_gone([joined_dir]):  # Also if this launcher is SIGKILLed.
         cluster = _Cluster(command, env, output, options.grace_period, placement,
                            options.data_work_dir)
         trained = threading.Event()
