@@ -39,4 +39,3 @@ def remove_when_gone(folders: Sequence[str]) -> BinaryIO:
   finally:
     os.close(read)
   return os.fdopen(write, "wb")
-

@@ -153,11 +153,11 @@ class Cluster:
       for sig in (signal.SIGINT, signal.SIGTERM):
         previous[sig] = signal.signal(sig, lambda signum, frame: self.interrupted.append(signum))
     remover = None
-    if self.stall_timeout:
-      self.watchdog = watchdog_lib.StallWatchdog(watchdog_lib.make_directory(),
-                                                 self.stall_timeout)
-      remover = removal.remove_when_gone([self.watchdog.directory])  # Also if SIGKILLed.
     try:
+      if self.stall_timeout:
+        self.watchdog = watchdog_lib.StallWatchdog(watchdog_lib.make_directory(),
+                                                   self.stall_timeout)
+        remover = removal.remove_when_gone([self.watchdog.directory])  # Also if SIGKILLed.
       while True:
         try:
           self.tasks = []

@@ -401,8 +401,9 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
   that off).
   """
   directory = make_directory()
-  remover = removal.remove_when_gone([directory])  # Also if this wrapper is SIGKILLed.
+  remover = None
   try:
+    remover = removal.remove_when_gone([directory])  # Also if this wrapper is SIGKILLed.
     # In this wrapper's process group: a launcher that kills the group (Ray's actor,
     # even by SIGKILL) takes the command and whatever it started with it. A signal
     # to the wrapper alone (a pod's PID 1) is passed on to the command.
@@ -458,7 +459,8 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
         signal.signal(sig, handler)
   finally:
     shutil.rmtree(directory, ignore_errors=True)
-    remover.close()
+    if remover is not None:
+      remover.close()
 
 
 def _signal(child: subprocess.Popen, signum: int) -> None:
