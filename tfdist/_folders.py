@@ -8,12 +8,20 @@ out of others' reach too). Folders that exist already keep their mode: the user
 chose it. On object stores (`gs://`, `s3://`, `hdfs://`) access is the
 bucket's, and TensorFlow's own `tf.io.gfile.makedirs` makes them.
 
+The folders a launch keeps for a while in the temporary directory (the tasks'
+records, their progress) are removed in a `finally`; a process SIGKILLed (the
+OOM killer, `kill -9`, an actor Ray kills) runs none. `remove_when_gone`
+starts a small detached process that removes them once their maker has gone.
+
 Example:
 
     >>> folders.makedirs("/scratch/me/run-1/backup")  # each missing one: drwx------
 """
 
 import os
+import subprocess
+import sys
+from typing import BinaryIO, Sequence
 
 PRIVATE_MODE = 0o700
 
@@ -37,3 +45,33 @@ def makedirs(path: str) -> None:
     except FileExistsError:
       if not os.path.isdir(folder):
         raise
+
+
+# Waits until the process that started it has gone (its end of the pipe closes), then removes
+# the folders named.
+_REMOVER = ("import shutil, sys\nsys.stdin.buffer.read()\n"
+            "for f in sys.argv[1:]: shutil.rmtree(f, True)")
+# Starts the remover and exits: Ray kills an actor's children with it, not their children.
+_DETACHED = ("import subprocess, sys\nsubprocess.Popen([sys.executable, '-I', '-S', '-c', "
+             "sys.argv[1], *sys.argv[2:]], start_new_session=True)")
+
+
+def remove_when_gone(folders: Sequence[str]) -> BinaryIO:
+  """Removes `folders` once this process has exited, however it ended; keep what it returns.
+
+  The remover waits on a pipe whose one writer is this process. Ray kills an
+  actor's children with it, so the remover is a grandchild in its own session.
+  Close what it returns to remove the folders at once.
+
+  Example (a Ray actor's folders, removed also if it is SIGKILLed):
+
+      self._remover = remove_when_gone([folder])
+  """
+  read, write = os.pipe()
+  try:
+    subprocess.run([sys.executable, "-I", "-S", "-c", _DETACHED, _REMOVER, *folders],
+                   stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=60, check=True)
+  finally:
+    os.close(read)
+  return os.fdopen(write, "wb")

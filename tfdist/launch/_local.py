@@ -30,7 +30,6 @@ from typing import Optional, Sequence
 from tfdist import cluster as cluster_lib
 from tfdist.cluster import _data_service as data_service_lib
 from tfdist.launch import _launcher as launcher_lib
-from tfdist.launch import _removal as removal
 from tfdist.launch import private_network
 from tfdist.launch import _supervision as supervision
 from tfdist.launch import _threads as threads
@@ -111,8 +110,7 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec,
   training = sum(1 for task in spec.tasks() if supervision.trains(spec, task))
   stall_timeout = watchdog.resolve_timeout(options.stall_timeout, training, env)
   # Where the tasks record building a strategy over the cluster (tfdist.task._trains_alone).
-  with trains_alone.joined_folder(env) as joined_dir, \
-      removal.remove_when_gone([joined_dir]):  # Also if this launcher is SIGKILLed.
+  with trains_alone.joined_folder(env) as joined_dir:
     cluster = supervision.Cluster(command, spec, env, options.output or sys.stdout,
                                   options.grace_period, data_service,
                                   stall_timeout=stall_timeout)

@@ -25,12 +25,12 @@ import threading
 import time
 from typing import Callable, Deque, Dict, List, Mapping, Optional
 
+from tfdist import _folders as folders
 from tfdist import cluster as cluster_lib
 from tfdist.task import progress
 from tfdist.cluster import _grace as grace
 from tfdist.launch import _data_servers as data_servers
 from tfdist.launch._launcher import LaunchError
-from tfdist.launch import _removal as removal
 from tfdist.launch import watchdog as watchdog_lib
 
 _TAIL_LINES = 20
@@ -157,7 +157,7 @@ class Cluster:
       if self.stall_timeout:
         self.watchdog = watchdog_lib.StallWatchdog(watchdog_lib.make_directory(),
                                                    self.stall_timeout)
-        remover = removal.remove_when_gone([self.watchdog.directory])  # Also if SIGKILLed.
+        remover = folders.remove_when_gone([self.watchdog.directory])  # Also if SIGKILLed.
       while True:
         try:
           self.tasks = []

@@ -43,10 +43,10 @@ import tempfile
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
+from tfdist import _folders as folders
 from tfdist.task import _step_times as step_times
 from tfdist import _variables as variables
 from tfdist.task import progress
-from tfdist.launch import _removal as removal
 
 logger = logging.getLogger("tfdist")
 # Seconds without a step anywhere before a job is stalled, unless told.
@@ -403,7 +403,7 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
   directory = make_directory()
   remover = None
   try:
-    remover = removal.remove_when_gone([directory])  # Also if this wrapper is SIGKILLed.
+    remover = folders.remove_when_gone([directory])  # Also if this wrapper is SIGKILLed.
     # In this wrapper's process group: a launcher that kills the group (Ray's actor,
     # even by SIGKILL) takes the command and whatever it started with it. A signal
     # to the wrapper alone (a pod's PID 1) is passed on to the command.

@@ -37,6 +37,7 @@ import shutil
 import tempfile
 from typing import Callable, Iterable, Iterator, List, Mapping, MutableMapping, Optional, Tuple
 
+from tfdist import _folders as folders
 from tfdist import _variables as variables
 
 
@@ -207,17 +208,22 @@ def job_note(directory: str, environ: Optional[Mapping[str, str]] = None) -> Opt
 
 @contextlib.contextmanager
 def joined_folder(env: MutableMapping[str, str], parent: Optional[str] = None) -> Iterator[str]:
-  """A new folder (0700) for the tasks' records, named in `env` as JOINED_DIR_ENV; removed after.
+  """A new folder (0700) for the tasks' records, named in `env` as JOINED_DIR_ENV; removed after,
+  also if this process is SIGKILLed.
 
   `parent`: where to make it (SLURM: the job's work directory, which its nodes
   share; default: the temp directory).
   """
   directory = tempfile.mkdtemp(prefix="tfdist-joined-", dir=parent)
   env[JOINED_DIR_ENV] = directory
+  remover = None
   try:
+    remover = folders.remove_when_gone([directory])  # Also if the launcher is SIGKILLed.
     yield directory
   finally:
     shutil.rmtree(directory, ignore_errors=True)
+    if remover is not None:
+      remover.close()
 
 
 def records(directory: str) -> List[str]:

@@ -42,6 +42,7 @@ import threading
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
+from tfdist import _folders as folders
 from tfdist.task import _step_times as step_times
 from tfdist import _variables as variables
 from tfdist import cluster as cluster_lib
@@ -50,7 +51,6 @@ from tfdist.cluster import _elastic as elastic
 from tfdist.launch import _data_servers as data_servers
 from tfdist.launch import _exposure as exposure
 from tfdist.launch import _launcher as launcher_lib
-from tfdist.launch import _removal as removal
 from tfdist.launch.ray import _placement as ray_placement
 from tfdist.task import _result_channel as result_channel
 from tfdist.launch import _supervision as supervision
@@ -193,7 +193,7 @@ class TaskProcess:
     self._lock = threading.Lock()
     self._result_folder: Optional[str] = None
     self._joined_folder: Optional[str] = None
-    self._remover = None  # Its pipe to the folders' remover (`removal.remove_when_gone`).
+    self._remover = None  # Its pipe to the folders' remover (`folders.remove_when_gone`).
 
   def start(self, command: Sequence[str], env: Mapping[str, str], cwd: Optional[str],
             reports: bool = False) -> str:
@@ -214,9 +214,9 @@ class TaskProcess:
       # The launcher's folder is on its machine: the task records here, `joined` hands them over.
       self._joined_folder = tempfile.mkdtemp(prefix="tfdist-joined-")  # Mode 0700.
       full_env[trains_alone.JOINED_DIR_ENV] = self._joined_folder
-    folders = [f for f in (self._result_folder, self._joined_folder) if f]
-    if folders:  # Gone with this actor, also when Ray kills it (a lost launcher, a lost actor).
-      self._remover = removal.remove_when_gone(folders)
+    made = [f for f in (self._result_folder, self._joined_folder) if f]
+    if made:  # Gone with this actor, also when Ray kills it (a lost launcher, a lost actor).
+      self._remover = folders.remove_when_gone(made)
     if cwd is not None and not os.path.isdir(cwd):
       cwd = None  # Not on this node: the worker's own folder (give absolute paths).
     command = _watched(command, full_env)
@@ -533,8 +533,7 @@ class RayLauncher(launcher_lib.Launcher):
       trains_alone.mode(env)
       watchdog.resolve_timeout(None, job.num_tasks, env)
       # Each task's local process leaves its node's records of joining a collective here.
-      with trains_alone.joined_folder(env) as joined_dir, \
-          removal.remove_when_gone([joined_dir]):  # Also if this launcher is SIGKILLed.
+      with trains_alone.joined_folder(env) as joined_dir:
         cluster = _Cluster(command, env, output, options.grace_period, placement,
                            options.data_work_dir)
         trained = threading.Event()

@@ -49,7 +49,6 @@ from tfdist.cluster import _slurm as slurm_cluster
 from tfdist.launch import _exposure as exposure
 from tfdist.launch import _first_failure as first_failure
 from tfdist.launch import _launcher as launcher_lib
-from tfdist.launch import _removal as removal
 from tfdist.task import _trains_alone as trains_alone
 from tfdist.launch import watchdog
 
@@ -301,8 +300,7 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
     output.flush()
 
   # The tasks' records of joining a collective, where every node reads the job's files.
-  with trains_alone.joined_folder(env, parent=workdir) as joined_dir, \
-      removal.remove_when_gone([joined_dir]):  # Also if this launcher is SIGKILLed.
+  with trains_alone.joined_folder(env, parent=workdir) as joined_dir:
     # sbatch reads what was rendered, not a file someone could change in between.
     job_id = _run(["sbatch", "--parsable", f"--chdir={workdir}"], env,
                   script).strip().split(";")[0]
