@@ -330,6 +330,28 @@ def test_two_workers_stopped_by_sigterm_mid_epoch_end_with_the_uninterrupted_wei
   np.testing.assert_allclose(result["weights"], reference["weights"], rtol=1e-5)
 
 
+@pytest.mark.versions
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_a_model_fits_again_without_the_backup_once_a_fit_with_it_ended(flavour, tmp_path):
+  # Before, under tf_keras: the second fit raised "AttributeError: 'Sequential' object has
+  # no attribute '_training_state'" (tf_keras's BackupAndRestore deletes it at the end).
+  k = keras
+  if flavour == "keras3":
+    import keras as k
+  x = np.ones((32, 3), "float32")
+  data = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(8)
+  with tfdist.make_strategy("one_device").scope():
+    model = k.Sequential([k.Input((3,)), k.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+  backup = checkpoints.backup_and_restore(str(tmp_path), model=model)
+  assert len(model.fit(data, epochs=2, verbose=0, callbacks=[backup]).history["loss"]) == 2
+  # Fine-tuning after it, as a notebook does: no backup, then with it again (a new one).
+  assert len(model.fit(data, epochs=3, verbose=0).history["loss"]) == 3
+  again = checkpoints.backup_and_restore(str(tmp_path / "again"), model=model)
+  assert len(model.fit(data, epochs=1, verbose=0, callbacks=[again]).history["loss"]) == 1
+  assert len(model.fit(data, epochs=1, verbose=0).history["loss"]) == 1
+
+
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
 def test_fit_names_an_input_that_cannot_be_replayed_before_training(flavour, caplog, tmp_path):
   k = keras

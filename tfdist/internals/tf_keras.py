@@ -45,6 +45,16 @@ def set_saved_epoch(callback, epoch: int) -> None:
   callback._training_state._ckpt_saved_epoch.assign(epoch)
 
 
+def leave_ready_for_another_fit(model) -> None:
+  """Puts back the `_training_state` of None that tf_keras's BackupAndRestore deletes at its end.
+
+  Every tf_keras `fit` reads it (`Model._maybe_load_initial_counters_from_ckpt`), so
+  without it the model's next `fit` without a BackupAndRestore raised AttributeError
+  (docs/known_issues.md). `Model.__init__` sets the same None.
+  """
+  model._training_state = None
+
+
 def current_epoch(callback) -> int:
   return callback._current_epoch
 

@@ -283,6 +283,7 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
     self._restore_handler()
     tf_keras_internals.disable_input_replay()
     super().on_train_end(logs)
+    tf_keras_internals.leave_ready_for_another_fit(self.model)
     if local_sgd.of(self.model) is not None:  # Keras deletes its own backup only.
       local_sgd.of(self.model).remove_replicas(self.backup_dir)
 
