@@ -7,7 +7,8 @@ Usage (once per task, TF_CONFIG, under `tfdist launch`):
 64 (the last batch partial), 3 epochs, tfdist's BackupAndRestore in DIR
 checking every batch. In its first run worker 1 sends itself SIGTERM at batch
 4 of epoch 2: both workers back up at the same batch and exit 143; the job is
-then started again. A DIR holding a file `stopped` runs uninterrupted.
+then started again. A DIR holding a file `stopped` runs uninterrupted. Worker 0
+compares the weights with the same training, never interrupted, on one device.
 """
 
 import json
@@ -47,7 +48,7 @@ class StopOnce(keras.callbacks.Callback):
       os.kill(os.getpid(), signal.SIGTERM)
 
 
-def fit(strategy):
+def fit(strategy, backed_up=True):
   keras.utils.set_random_seed(0)
   with strategy.scope():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
@@ -55,12 +56,17 @@ def fit(strategy):
   data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(
       600, seed=7, reshuffle_each_iteration=True).batch(64)
   callbacks = [checkpoints.backup_and_restore(checkpoint_dir, check_every=1, model=model),
-               StopOnce()]
+               StopOnce()] if backed_up else []
   history = model.fit(data, epochs=3, verbose=0, callbacks=callbacks)
   return model, history
 
 
 model, history = fit(strategy)
-print("RESULT " + json.dumps({
-    "epochs": len(history.history["loss"]),
-    "weights": np.concatenate([w.ravel() for w in model.get_weights()]).tolist()}), flush=True)
+weights = np.concatenate([w.ravel() for w in model.get_weights()])
+result = {"epochs": len(history.history["loss"]), "weights": weights.tolist()}
+if task == 0:  # The same batches on one device: 600 is 9 batches of 64 and 12 + 12.
+  single, _ = fit(tf.distribute.OneDeviceStrategy("/cpu:0"), backed_up=False)
+  reference = np.concatenate([w.ravel() for w in single.get_weights()])
+  result["relative_difference"] = float(np.abs(weights - reference).max()
+                                        / np.abs(reference).max())
+print("RESULT " + json.dumps(result), flush=True)

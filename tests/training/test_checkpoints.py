@@ -307,16 +307,6 @@ def test_two_workers_stopped_by_sigterm_mid_epoch_end_with_the_uninterrupted_wei
     return helpers.tfdist_cli("launch", "--workers=2", "--timeout=240", "--", *helpers.python(
         f"{helpers.SCRIPTS}/fit_resume.py", flavour, str(directory)))
 
-  def weights(result):
-    found = [json.loads(line.split("RESULT ")[1])
-             for line in result.stdout.splitlines() if "RESULT " in line]
-    assert len(found) == 2 and found[0] == found[1], result.stdout[-3000:]
-    return found[0]
-
-  (tmp_path / "straight").mkdir()
-  (tmp_path / "straight" / "stopped").touch()  # As if stopped before: runs uninterrupted.
-  straight = helpers.run(command(tmp_path / "straight"), timeout=300)
-  assert straight.returncode == 0, straight.stdout[-3000:]
   stopped = helpers.run(command(tmp_path / "job"), timeout=300)
   assert stopped.returncode == checkpoints.PREEMPTED_EXIT_CODE, stopped.stdout[-3000:]
   saved = re.findall(r"^\[worker:(\d)\] .*" + SAVED, stopped.stdout, re.M)
@@ -325,9 +315,14 @@ def test_two_workers_stopped_by_sigterm_mid_epoch_end_with_the_uninterrupted_wei
   resumed = helpers.run(command(tmp_path / "job"), timeout=300)
   assert resumed.returncode == 0, resumed.stdout[-3000:]
   assert len(re.findall(r"the input reads on after the (\d+) batches", resumed.stdout)) == 2
-  result, reference = weights(resumed), weights(straight)
+  found = {line.split("]")[0]: json.loads(line.split("RESULT ")[1])
+           for line in resumed.stdout.splitlines() if "RESULT " in line}
+  assert set(found) == {"[worker:0", "[worker:1"}, resumed.stdout[-3000:]
+  result = found["[worker:0"]
+  assert result["weights"] == found["[worker:1"]["weights"]
   assert result["epochs"] == 2  # The rest of epoch 2, and epoch 3.
-  np.testing.assert_allclose(result["weights"], reference["weights"], rtol=1e-5)
+  # Against the same training, never interrupted, on one device (the script's).
+  assert result["relative_difference"] < 1e-5, result
 
 
 @pytest.mark.versions
