@@ -74,7 +74,7 @@ def garbage_collected():
 
 
 # CPU seconds per test, beside pytest's wall-time durations: the suite is CPU-bound on 2
-# cores (docs/suite-time.md), so a test's share of the run is its CPU, its own and that of
+# cores (docs/suite-time-runs.md), so a test's share of the run is its CPU, its own and that of
 # the processes it started and waited for, not its wall time under the others' load.
 CPU_REPORT_LENGTH = 20
 _CPU_START = pytest.StashKey[float]()
