@@ -67,6 +67,19 @@ def test_closing_the_remover_removes_the_folders_at_once(tmp_path):
   assert all(_gone(f) for f in made)
 
 
+def test_a_temporary_folder_is_private_and_gone_when_its_block_ends_or_fails(tmp_path):
+  with folders.temporary("tfdist-joined-", str(tmp_path)) as made:
+    assert os.path.dirname(made) == str(tmp_path)
+    assert os.path.basename(made).startswith("tfdist-joined-") and _mode(made) == 0o700
+    (tmp_path / made / "worker-0.tensorflow").write_text("")
+  assert _gone(made)
+  with pytest.raises(KeyboardInterrupt):
+    with folders.temporary("tfdist-progress-", str(tmp_path)) as made:
+      os.mkdir(os.path.join(made, "worker-1"))  # A tree, not only files.
+      raise KeyboardInterrupt  # The user's Ctrl-C while the job runs.
+  assert _gone(made) and not os.listdir(tmp_path)
+
+
 @pytest.mark.slow
 def test_an_actors_folders_go_when_it_is_sigkilled(tmp_path):
   # Ray kills a lost launcher's actors, and their children: no finally runs in them.

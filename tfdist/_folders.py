@@ -11,17 +11,21 @@ bucket's, and TensorFlow's own `tf.io.gfile.makedirs` makes them.
 The folders a launch keeps for a while in the temporary directory (the tasks'
 records, their progress) are removed in a `finally`; a process SIGKILLed (the
 OOM killer, `kill -9`, an actor Ray kills) runs none. `remove_when_gone`
-starts a small detached process that removes them once their maker has gone.
+starts a small detached process that removes them once their maker has gone;
+`temporary` makes such a folder and removes it both ways.
 
 Example:
 
     >>> folders.makedirs("/scratch/me/run-1/backup")  # each missing one: drwx------
 """
 
+import contextlib
 import os
+import shutil
 import subprocess
 import sys
-from typing import BinaryIO, Sequence
+import tempfile
+from typing import BinaryIO, Iterator, Optional, Sequence
 
 PRIVATE_MODE = 0o700
 
@@ -75,3 +79,26 @@ def remove_when_gone(folders: Sequence[str]) -> BinaryIO:
   finally:
     os.close(read)
   return os.fdopen(write, "wb")
+
+
+@contextlib.contextmanager
+def temporary(prefix: str, parent: Optional[str] = None) -> Iterator[str]:
+  """A new folder (0700, `tempfile.mkdtemp`), removed when the block ends, also if this process
+  is SIGKILLed in it (`remove_when_gone`).
+
+  `parent`: where to make it (default: the temporary directory).
+
+  Example (the folder the tasks of a launch write their progress to):
+
+      with folders.temporary("tfdist-progress-") as directory:
+        ...
+  """
+  directory = tempfile.mkdtemp(prefix=prefix, dir=parent)
+  remover = None
+  try:
+    remover = remove_when_gone([directory])
+    yield directory
+  finally:
+    shutil.rmtree(directory, ignore_errors=True)
+    if remover is not None:
+      remover.close()

@@ -12,20 +12,19 @@ period.
 """
 
 import collections
+import contextlib
 import ctypes
 import dataclasses
 import math
 import os
 import re
 import select
-import shutil
 import signal
 import subprocess
 import threading
 import time
 from typing import Callable, Deque, Dict, List, Mapping, Optional
 
-from tfdist import _folders as folders
 from tfdist import cluster as cluster_lib
 from tfdist.task import progress
 from tfdist.cluster import _grace as grace
@@ -152,36 +151,40 @@ class Cluster:
     if main_thread:
       for sig in (signal.SIGINT, signal.SIGTERM):
         previous[sig] = signal.signal(sig, lambda signum, frame: self.interrupted.append(signum))
-    remover = None
     try:
-      if self.stall_timeout:
-        self.watchdog = watchdog_lib.StallWatchdog(watchdog_lib.make_directory(),
-                                                   self.stall_timeout)
-        remover = folders.remove_when_gone([self.watchdog.directory])  # Also if SIGKILLed.
-      while True:
-        try:
-          self.tasks = []
-          if self.watchdog is not None:
-            self.watchdog.reset()
-          self.prepare_attempt()
-          self.tasks += self.start_data_service()
-          self.tasks += [self.start(task) for task in self.spec.tasks()]
-          code = self.wait(timeout, deadline)
-          self.attempt += 1
-        finally:
-          stop_all(self.tasks, self.grace_period)
-        if code is not _RESTART:
-          return code
+      with contextlib.ExitStack() as progress_folder:
+        if self.stall_timeout:  # Removed at the end, also if SIGKILLed; the steps read first.
+          self.watchdog = watchdog_lib.StallWatchdog(
+              progress_folder.enter_context(watchdog_lib.progress_directory()),
+              self.stall_timeout)
+          progress_folder.callback(self.report_steps)
+        return self.attempts(timeout, deadline)
     finally:
-      if self.watchdog is not None:
-        summary = watchdog_lib.step_summary(self.watchdog.directory)  # Each task's steps.
-        if summary:
-          self.report(summary)
-        shutil.rmtree(self.watchdog.directory, ignore_errors=True)
-      if remover is not None:
-        remover.close()
       for sig, handler in previous.items():
         signal.signal(sig, handler)
+
+  def attempts(self, timeout: Optional[float], deadline: Optional[float]) -> int:
+    """Starts every task, waits, and starts them all again while a restart is due."""
+    while True:
+      try:
+        self.tasks = []
+        if self.watchdog is not None:
+          self.watchdog.reset()
+        self.prepare_attempt()
+        self.tasks += self.start_data_service()
+        self.tasks += [self.start(task) for task in self.spec.tasks()]
+        code = self.wait(timeout, deadline)
+        self.attempt += 1
+      finally:
+        stop_all(self.tasks, self.grace_period)
+      if code is not _RESTART:
+        return code
+
+  def report_steps(self) -> None:
+    """Reports each task's step times from the watchdog's folder (see `watchdog.step_summary`)."""
+    summary = watchdog_lib.step_summary(self.watchdog.directory)
+    if summary:
+      self.report(summary)
 
   def prepare_attempt(self) -> None:
     """Before every task starts (again): here nothing; a launcher may move the cluster."""

@@ -36,12 +36,10 @@ import dataclasses
 import logging
 import os
 import re
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
-from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import ContextManager, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from tfdist import _folders as folders
 from tfdist.task import _step_times as step_times
@@ -138,9 +136,10 @@ class Stall:
   reports: Mapping[str, Report]
 
 
-def make_directory() -> str:
-  """A new directory for the tasks' progress files, readable by this user only (0700)."""
-  return tempfile.mkdtemp(prefix="tfdist-progress-")
+def progress_directory() -> ContextManager[str]:
+  """A new directory for the tasks' progress files (0700), removed when the block ends, also if
+  this process is SIGKILLed in it."""
+  return folders.temporary("tfdist-progress-")
 
 
 def read_report(path: str) -> Optional[Report]:
@@ -400,10 +399,7 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
   the chief reads it (`tfdist.task.progress.STEPS_PUBLISHED_ENV`; "0" in `env` turns
   that off).
   """
-  directory = make_directory()
-  remover = None
-  try:
-    remover = folders.remove_when_gone([directory])  # Also if this wrapper is SIGKILLed.
+  with progress_directory() as directory:  # Removed also if this wrapper is SIGKILLed.
     # In this wrapper's process group: a launcher that kills the group (Ray's actor,
     # even by SIGKILL) takes the command and whatever it started with it. A signal
     # to the wrapper alone (a pod's PID 1) is passed on to the command.
@@ -457,10 +453,6 @@ def watch_task(command: Sequence[str], env: Mapping[str, str], task: str, timeou
     finally:
       for sig, handler in previous.items():
         signal.signal(sig, handler)
-  finally:
-    shutil.rmtree(directory, ignore_errors=True)
-    if remover is not None:
-      remover.close()
 
 
 def _signal(child: subprocess.Popen, signum: int) -> None:

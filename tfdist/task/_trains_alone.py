@@ -33,8 +33,6 @@ import json
 import logging
 import os
 import re
-import shutil
-import tempfile
 from typing import Callable, Iterable, Iterator, List, Mapping, MutableMapping, Optional, Tuple
 
 from tfdist import _folders as folders
@@ -214,16 +212,9 @@ def joined_folder(env: MutableMapping[str, str], parent: Optional[str] = None) -
   `parent`: where to make it (SLURM: the job's work directory, which its nodes
   share; default: the temp directory).
   """
-  directory = tempfile.mkdtemp(prefix="tfdist-joined-", dir=parent)
-  env[JOINED_DIR_ENV] = directory
-  remover = None
-  try:
-    remover = folders.remove_when_gone([directory])  # Also if the launcher is SIGKILLed.
+  with folders.temporary("tfdist-joined-", parent) as directory:
+    env[JOINED_DIR_ENV] = directory
     yield directory
-  finally:
-    shutil.rmtree(directory, ignore_errors=True)
-    if remover is not None:
-      remover.close()
 
 
 def records(directory: str) -> List[str]:
