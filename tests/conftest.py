@@ -10,6 +10,13 @@ import pytest
 
 import tfdist
 
+# Every Python process the suite starts skips the garbage collection of its exit
+# (tests/site/sitecustomize.py). Set before pytest-xdist starts its workers, so theirs too.
+_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
+if _SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+  os.environ["PYTHONPATH"] = os.pathsep.join(
+      p for p in (_SITE, os.environ.get("PYTHONPATH")) if p)
+
 # Must run before the TF runtime starts; nothing before this line may run an op.
 tfdist.devices.split_physical_device(2)
 
