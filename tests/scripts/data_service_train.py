@@ -58,6 +58,7 @@ y = x.sum(axis=1, keepdims=True)
 # than the first ("Your input ran out of data").
 train = service.distribute(tf.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat(),
                            job_name="train")
+keras.utils.set_random_seed(0)  # The service's order varies; the start need not.
 with strategy.scope():
   model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
   model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
