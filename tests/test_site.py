@@ -1,5 +1,6 @@
 """tests/site/sitecustomize.py: the suite's processes skip the garbage collection of their exit,
-and hand over to the next sitecustomize on the path once, also behind a tfdist task's site."""
+load pyplot on its first use, and hand over to the next sitecustomize on the path once, also
+behind a tfdist task's site."""
 
 import os
 import subprocess
@@ -38,3 +39,19 @@ def test_the_next_sitecustomize_runs_once_also_behind_a_tasks_site(tmp_path):
     result = _python(path, "print('ran', flush=True)")
     assert result.returncode == 0 and result.stdout.splitlines() == ["next site", "ran"], (
         path, result.stdout)
+
+
+def test_pyplot_loads_on_its_first_use_and_then_draws():
+  code = ("import sys\n"
+          "import matplotlib\n"
+          "matplotlib.use('Agg')\n"
+          "import matplotlib.pyplot as plt\n"
+          "print(type(sys.modules['matplotlib.pyplot']).__name__)\n"
+          "figure, axes = plt.subplots()\n"
+          "axes.plot([0, 1], [1, 0])\n"
+          "print(type(sys.modules['matplotlib.pyplot']).__name__, figure.canvas.get_width_height())\n")
+  alone = _python([], code)
+  assert alone.returncode == 0 and alone.stdout.splitlines()[0] == "module", alone.stdout
+  suite = _python([SITE], code)
+  assert suite.returncode == 0, suite.stdout
+  assert suite.stdout.splitlines() == ["_LazyModule", "module (640, 480)"], suite.stdout

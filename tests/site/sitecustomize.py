@@ -7,11 +7,18 @@ of CPU of the 3-4 s such a process costs here (docs/suite-time.md). Freezing the
 exit skips it, as `gc.freeze()` documents; the exit handlers, `weakref.finalize` callbacks
 and the flush of stdout and stderr still run. What is skipped is the `__del__` of objects
 still in a cycle at exit, which Python does not promise to call; no test relies on one.
+
+Keras 3 imports `matplotlib.pyplot` with itself (for `keras.visualization`), and TensorFlow
+imports Keras 3 with itself: about 0.3 s of CPU in every such process, though few of the
+suite's ever draw. Here pyplot loads on its first use instead (`importlib.util.LazyLoader`);
+a notebook that draws loads it at its first `plt.` call and shows its figure as before.
+
 Then the sitecustomize further down the path runs (benchmarks/census/ for a census run).
 """
 
 import atexit
 import gc
+import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
@@ -19,6 +26,20 @@ import sys
 
 # Registered first, so it runs last: after every exit handler the process registers later.
 atexit.register(gc.freeze)
+
+
+class _PyplotOnFirstUse(importlib.abc.MetaPathFinder):
+
+  def find_spec(self, name, path, target=None):
+    if name != "matplotlib.pyplot":
+      return None
+    spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+    if spec is not None and spec.loader is not None:
+      spec.loader = importlib.util.LazyLoader(spec.loader)
+    return spec
+
+
+sys.meta_path.insert(0, _PyplotOnFirstUse())
 
 # Only the path after this folder: a site before it (a tfdist task's) handed over to this one.
 _here = os.path.dirname(os.path.abspath(__file__))
