@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 
 import pytest
 
@@ -34,6 +35,20 @@ def test_the_shim_goes_first_on_the_python_path_once():
   assert variables == {"TF_USE_LEGACY_KERAS": "0",
                        "PYTHONPATH": os.pathsep.join([task_keras.SITE_DIR, "/a"])}
   assert os.path.isfile(os.path.join(task_keras.SITE_DIR, "sitecustomize.py"))
+
+
+def test_a_second_task_site_down_the_path_hands_over_and_the_next_site_runs_once(tmp_path):
+  # Another tfdist's task site behind this one (a task that launches with another install):
+  # each hands over only to the path after its own folder, never back up it.
+  other, last = tmp_path / "other", tmp_path / "last"
+  other.mkdir(), last.mkdir()
+  shutil.copy(os.path.join(task_keras.SITE_DIR, "sitecustomize.py"), other)
+  (last / "sitecustomize.py").write_text("print('next site', flush=True)\n")
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join([task_keras.SITE_DIR, str(other), str(last)])}
+  result = helpers.run(helpers.python("-c", "print('ran', flush=True)"), timeout=60, env=env)
+  assert result.returncode == 0, result.stdout[-3000:]
+  assert [line for line in result.stdout.splitlines() if line in ("next site", "ran")] == [
+      "next site", "ran"], result.stdout[-3000:]
 
 
 def test_a_task_that_never_imports_keras_loads_no_keras():

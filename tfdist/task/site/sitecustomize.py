@@ -38,9 +38,12 @@ if keras_internals is not None:
       "tfdist.strategies._fingerprint").enable_for_every_scope())
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-# Hand over to the sitecustomize further down the path, as if this one were not here.
+# Hand over to the sitecustomize further down the path, as if this one were not here. Only
+# the path after this folder: a site before it handed over to this one, and another tfdist's
+# task site after it would hand back up to this one, for ever.
+_path = [os.path.abspath(p or ".") for p in sys.path]
 _spec = importlib.machinery.PathFinder.find_spec(
-    "sitecustomize", [p for p in sys.path if os.path.abspath(p or ".") != _HERE])
+    "sitecustomize", _path[_path.index(_HERE) + 1:] if _HERE in _path else [])
 if _spec is not None and _spec.loader is not None:
   _module = importlib.util.module_from_spec(_spec)
   _spec.loader.exec_module(_module)
