@@ -41,7 +41,8 @@ def test_a_second_task_site_down_the_path_hands_over_and_the_next_site_runs_once
   # Another tfdist's task site behind this one (a task that launches with another install):
   # each hands over only to the path after its own folder, never back up it.
   other, last = tmp_path / "other", tmp_path / "last"
-  other.mkdir(), last.mkdir()
+  other.mkdir()
+  last.mkdir()
   shutil.copy(os.path.join(task_keras.SITE_DIR, "sitecustomize.py"), other)
   (last / "sitecustomize.py").write_text("print('next site', flush=True)\n")
   env = {**os.environ, "PYTHONPATH": os.pathsep.join([task_keras.SITE_DIR, str(other), str(last)])}
