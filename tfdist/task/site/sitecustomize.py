@@ -39,8 +39,8 @@ if keras_internals is not None:
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # Hand over to the sitecustomize further down the path, as if this one were not here. Only
-# the path after this folder: a site before it handed over to this one, and another tfdist's
-# task site after it would hand back up to this one, for ever.
+# the path after this folder: another tfdist's task site after it would hand back up to this
+# one, for ever.
 _path = [os.path.abspath(p or ".") for p in sys.path]
 _spec = importlib.machinery.PathFinder.find_spec(
     "sitecustomize", _path[_path.index(_HERE) + 1:] if _HERE in _path else [])
