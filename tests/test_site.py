@@ -55,3 +55,10 @@ def test_pyplot_loads_on_its_first_use_and_then_draws():
   suite = _python([SITE], code)
   assert suite.returncode == 0, suite.stdout
   assert suite.stdout.splitlines() == ["_LazyModule", "module (640, 480)"], suite.stdout
+
+
+def test_the_first_collection_waits_for_more_new_objects_in_the_suites_processes():
+  code = "import gc; print(*gc.get_threshold())"
+  alone, suite = _python([], code), _python([SITE], code)
+  assert suite.stdout.split() == ["50000", "20", "10"], suite.stdout
+  assert alone.stdout.split() != suite.stdout.split(), alone.stdout

@@ -13,6 +13,9 @@ imports Keras 3 with itself: about 0.3 s of CPU in every such process, though fe
 suite's ever draw. Here pyplot loads on its first use instead (`importlib.util.LazyLoader`);
 a notebook that draws loads it at its first `plt.` call and shows its figure as before.
 
+Python's first garbage collection waits for more new objects than its default, and the
+per-test freeze in tests/conftest.py keeps what outlives a test out of later collections.
+
 Then the sitecustomize further down the path runs (benchmarks/census/ for a census run).
 """
 
@@ -26,6 +29,14 @@ import sys
 
 # Registered first, so it runs last: after every exit handler the process registers later.
 atexit.register(gc.freeze)
+
+# The first collection runs after 50,000 new objects instead of 700: importing TensorFlow and
+# Keras creates hundreds of thousands that live as long as the process, and at 700 Python
+# walks them again in about 700 collections, five of them full: about 0.5 s of CPU per
+# process (docs/suite-time.md, "A collection after every test"). Cycles are still
+# collected, later.
+GC_THRESHOLD = (50_000, 20, 10)
+gc.set_threshold(*GC_THRESHOLD)
 
 
 class _PyplotOnFirstUse(importlib.abc.MetaPathFinder):
