@@ -1,6 +1,6 @@
 """tests/site/sitecustomize.py: the suite's processes skip the garbage collection of their exit,
-load pyplot on its first use, and hand over to the next sitecustomize on the path once, also
-behind a tfdist task's site."""
+collect first after more new objects, load pyplot on its first use, and hand over to the next
+sitecustomize on the path once, also behind a tfdist task's site."""
 
 import os
 import subprocess
