@@ -79,12 +79,12 @@ browser:
 # files per process, so a module's cluster is started once; two left a quarter of the cores
 # idle while tests waited on their children, docs/suite-time.md). Beside it, one process at
 # a time, the tests marked `versions` run on the oldest and the newest supported TensorFlow
-# and on tensorflow-cpu (test-versions, the three stacks installed first). Then the tests
+# and on tensorflow-cpu (test-versions, each stack installed, then tested). Then the tests
 # marked `alone` (speeds measured side by side, hundreds of ports held) run with nothing
 # else beside them.
 # The suite is CPU-bound on 2 cores, so the work beside phase 1 slows it: phase 3 starts
-# with the set-up instead, whose pip and apt-get leave a core idle, and installs its stacks
-# there; the set-up's own parts run side by side too (docs/suite-time.md).
+# with the set-up instead, whose pip and apt-get leave a core idle, and tests each stack as
+# soon as it is installed; the set-up's own parts run side by side too (docs/suite-time.md).
 # tfdist is compiled once before the tests: where PYTHONDONTWRITEBYTECODE is set (as on these
 # machines), each of the suite's processes would compile the modules it imports again, about
 # 0.24 s of CPU in a process that imports the training modules (docs/suite-time.md).
@@ -119,10 +119,20 @@ system-packages:
 # first, as a user's image has it; installing tfdist beside it must change none of it.
 # Their temporary folders are their own: pytest prunes the numbered ones of other runs.
 VERSIONS_WORKERS ?= 3
-# The three stacks are installed first, then tested, so that `make test` can install them
-# during its set-up (above).
-test-versions: $(OLDEST)/.installed $(NEWEST)/.installed $(CPU)/.installed
-	@$(MAKE) -k --no-print-directory test-oldest test-newest test-cpu
+# One stack at a time is installed, and each is tested as soon as it is, beside the next
+# one's install: `make test` starts these with its set-up (above), and the installs, which
+# wait on the network and the disk, leave room beside the tests (docs/suite-time.md, "The
+# version checks beside their installs"). A stack that fails to install or to pass fails
+# this target after the others have run.
+test-versions:
+	@failed=0; tests=; \
+	 for stack in oldest newest cpu; do \
+	   $(MAKE) --no-print-directory .venv-$$stack/.installed; installed=$$?; \
+	   if [ -n "$$tests" ]; then wait $$tests || failed=1; fi; tests=; \
+	   if [ $$installed != 0 ]; then failed=1; continue; fi; \
+	   $(MAKE) --no-print-directory test-$$stack & tests=$$!; \
+	 done; \
+	 if [ -n "$$tests" ]; then wait $$tests || failed=1; fi; exit $$failed
 
 test-oldest test-newest: test-%: .venv-%/.installed
 	@temporary=$${TMPDIR:-/tmp}/tfdist-test-$*-$$$$; \
