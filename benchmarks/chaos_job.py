@@ -127,7 +127,8 @@ def main(argv):
         last = now
       time.sleep(0.05)
 
-  threading.Thread(target=progress, daemon=True).start()
+  if chief:  # chaos.py reads the first task's lines only; a read is an op (an RPC under ps).
+    threading.Thread(target=progress, daemon=True).start()
   epochs = _EPOCHS.value
   if mode == "parameter_server":
     loop.fit(shards, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=False)
