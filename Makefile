@@ -120,10 +120,8 @@ system-packages:
 # Their temporary folders are their own: pytest prunes the numbered ones of other runs.
 VERSIONS_WORKERS ?= 3
 # One stack at a time is installed, and each is tested as soon as it is, beside the next
-# one's install: `make test` starts these with its set-up (above), and the installs, which
-# wait on the network and the disk, leave room beside the tests (docs/suite-time.md, "The
-# version checks beside their installs"). A stack that fails to install or to pass fails
-# this target after the others have run.
+# one's install: no stack's tests wait for all three installs (docs/suite-time-cpu.md). A
+# stack that fails to install or to pass fails this target after the others have run.
 test-versions:
 	@failed=0; tests=; \
 	 for stack in oldest newest cpu; do \
