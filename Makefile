@@ -90,13 +90,15 @@ browser:
 # 0.24 s of CPU in a process that imports the training modules (docs/suite-time.md).
 # Each phase prints its wall time, and pytest the 20 slowest tests (setup.cfg) and the 20
 # tests and files that used the most CPU (tests/conftest.py): a regression shows the day it
-# lands.
+# lands. Phase 3 runs in a process group of its own, which an interrupt of `make test`
+# (Ctrl-C) ends too: a shell's background job ignores Ctrl-C, and ran on for minutes.
 test:
-	@rm -f .venv-versions.log .venv-versions.code; start=$$(date +%s); \
-	 ($(MAKE) -k --no-print-directory test-versions VERSIONS_WORKERS=1 > .venv-versions.log 2>&1; \
-	  echo $$? > .venv-versions.code; \
+	@rm -f .venv-versions.log .venv-versions.code .venv-versions.pid; start=$$(date +%s); \
+	 (setsid $(MAKE) -k --no-print-directory test-versions VERSIONS_WORKERS=1 > .venv-versions.log 2>&1 & \
+	  echo $$! > .venv-versions.pid; wait $$!; echo $$? > .venv-versions.code; \
 	  echo "phase 3 (the version-sensitive tests on TensorFlow 2.17.1, 2.22.0rc0 and tensorflow-cpu 2.21, from the set-up's start, installs included): $$(( $$(date +%s) - start )) s of wall time" \
 	  >> .venv-versions.log) & \
+	 trap 'versions=$$(cat .venv-versions.pid 2>/dev/null); [ -n "$$versions" ] && kill -TERM -$$versions 2>/dev/null; exit 130' INT TERM HUP; \
 	 $(MAKE) --no-print-directory -j3 install system-packages || { \
 	   echo "set-up failed (above); phase 3 goes on in .venv-versions.log"; exit 1; }; \
 	 echo "set-up (the test virtualenv, checkov, SLURM and Chromium, side by side): $$(( $$(date +%s) - start )) s of wall time"; \
@@ -122,15 +124,18 @@ VERSIONS_WORKERS ?= 3
 # One stack at a time is installed, and each is tested as soon as it is, beside the next
 # one's install: no stack's tests wait for all three installs (docs/suite-time-cpu.md). A
 # stack that fails to install or to pass fails this target after the others have run.
+# The tests run in the foreground, where Ctrl-C reaches them; the install beside them runs
+# in a process group of its own, which an interrupt ends too.
 test-versions:
-	@failed=0; tests=; \
-	 for stack in oldest newest cpu; do \
-	   $(MAKE) --no-print-directory .venv-$$stack/.installed; installed=$$?; \
-	   if [ -n "$$tests" ]; then wait $$tests || failed=1; fi; tests=; \
-	   if [ $$installed != 0 ]; then failed=1; continue; fi; \
-	   $(MAKE) --no-print-directory test-$$stack & tests=$$!; \
-	 done; \
-	 if [ -n "$$tests" ]; then wait $$tests || failed=1; fi; exit $$failed
+	@failed=0; install=; \
+	 trap 'if [ -n "$$install" ]; then kill -TERM -$$install 2>/dev/null; fi; exit 130' INT TERM HUP; \
+	 $(MAKE) --no-print-directory .venv-oldest/.installed; installed=$$?; \
+	 set -- oldest newest cpu; while [ $$# -gt 0 ]; do \
+	   stack=$$1; shift; \
+	   if [ $$# -gt 0 ]; then setsid $(MAKE) --no-print-directory .venv-$$1/.installed & install=$$!; fi; \
+	   if [ $$installed = 0 ]; then $(MAKE) --no-print-directory test-$$stack || failed=1; else failed=1; fi; \
+	   if [ $$# -gt 0 ]; then wait $$install; installed=$$?; install=; fi; \
+	 done; exit $$failed
 
 test-oldest test-newest: test-%: .venv-%/.installed
 	@temporary=$${TMPDIR:-/tmp}/tfdist-test-$*-$$$$; \
