@@ -15,6 +15,8 @@ import tempfile
 import time
 from typing import Optional
 
+from tfdist.cluster import pick_unused_ports
+
 _CONF = """\
 ClusterName=tfdist
 SlurmctldHost={host}
@@ -56,12 +58,6 @@ def unavailable_reason() -> Optional[str]:
   return None
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 class LocalSlurm:
   """slurmctld + slurmd on this machine, with one partition `debug`."""
 
@@ -75,9 +71,11 @@ class LocalSlurm:
   def start(self, timeout: float = 60) -> "LocalSlurm":
     for sub in ("state", "spool"):
       os.makedirs(os.path.join(self.root, sub))
+    # Two distinct ports, below the range outgoing connections take theirs from.
+    ctld_port, d_port = pick_unused_ports(2)
     with open(self.conf, "w") as f:
       f.write(_CONF.format(host=self.host, root=self.root, cpus=os.cpu_count(),
-                           ctld_port=_free_port(), d_port=_free_port()))
+                           ctld_port=ctld_port, d_port=d_port))
     self._start_munge()
     for daemon in ("slurmctld", "slurmd"):
       # -D: stay in the foreground, so we own the process and can stop it.
