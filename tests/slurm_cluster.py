@@ -2,7 +2,8 @@
 
 `.ci/run` installs the packages; `LocalSlurm.start()` writes a munge key and a
 slurm.conf in a temp directory, starts the daemons and waits until the node is
-idle. `stop()` kills them. Needs root, as SLURM's daemons do.
+idle. `stop()` kills them. Needs root, as SLURM's daemons do. The daemons, and the `srun`
+of each step, listen on loopback only (`CommunicationParameters` below).
 """
 
 import os
@@ -19,7 +20,7 @@ from tfdist.cluster import pick_unused_ports
 
 _CONF = """\
 ClusterName=tfdist
-SlurmctldHost={host}
+SlurmctldHost={host}(127.0.0.1)
 SlurmUser=root
 AuthType=auth/munge
 CredType=cred/munge
@@ -29,6 +30,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 MpiDefault=none
+# The daemons bind to the addresses below, loopback, not to every interface: nothing the
+# suite starts may be reached from beyond this machine.
+CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
 # Ports reserved per job step, as a shared cluster should configure it: tfdist's
 # tasks then listen on SLURM_STEP_RESV_PORTS, which no other step on the node gets.
 MpiParams=ports=30000-30999
@@ -43,7 +47,7 @@ SlurmdLogFile={root}/slurmd.log
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 MinJobAge=600
-NodeName={host} CPUs={cpus} RealMemory=2000 State=UNKNOWN
+NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=2000 State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
 
