@@ -108,6 +108,32 @@ def spawned(command: Sequence[str], *, env: Optional[Mapping[str, str]] = None,
     _kill_group(process)
 
 
+def listening(pids) -> set:
+  """(address, port) of each TCP socket the processes `pids` listen on, read from /proc."""
+  import ipaddress  # pylint: disable=g-import-not-at-top
+  inodes = set()
+  for pid in pids:
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+      try:
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+      except OSError:
+        continue
+      if target.startswith("socket:["):
+        inodes.add(target[8:-1])
+  found = set()
+  for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    with open(table) as f:
+      for row in f.read().splitlines()[1:]:
+        fields = row.split()
+        if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN.
+          address, port = fields[1].rsplit(":", 1)
+          # The address is in 32-bit words, each in the host's (little-endian) order.
+          packed = b"".join(bytes.fromhex(address[i:i + 8])[::-1]
+                            for i in range(0, len(address), 8))
+          found.add((str(ipaddress.ip_address(packed)), int(port, 16)))
+  return found
+
+
 def wait_for_files(directory, count: int, seconds: float = 120) -> None:
   """Waits until `directory` holds `count` files (tasks write their pid there)."""
   deadline = time.monotonic() + seconds

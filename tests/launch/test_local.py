@@ -287,7 +287,7 @@ def test_a_sigkilled_launcher_leaves_no_task_and_no_port_behind(tmp_path):
   with helpers.spawned(command) as launcher:
     helpers.wait_for_files(tmp_path, 3, seconds=120)
     pids = {name: int((tmp_path / name).read_text()) for name in os.listdir(tmp_path)}
-    ports = _listening_ports(pids.values())
+    ports = {port for _, port in helpers.listening(pids.values())}
     assert len(ports) >= 2, ports  # The worker's and the ps's TF servers.
     os.kill(launcher.pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
@@ -328,25 +328,6 @@ def _still_listening(ports) -> set:
   return listening
 
 
-def _listening_ports(pids) -> set:
-  """TCP ports the given processes listen on, from /proc."""
-  inodes = set()
-  for pid in pids:
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-      try:
-        target = os.readlink(f"/proc/{pid}/fd/{fd}")
-      except OSError:
-        continue
-      if target.startswith("socket:["):
-        inodes.add(target[8:-1])
-  ports = set()
-  for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-    with open(table) as f:
-      for row in f.read().splitlines()[1:]:
-        fields = row.split()
-        if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN.
-          ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-  return ports
 
 
 def test_a_sigkilled_launcher_leaves_no_task_and_no_folder_behind_in_a_private_network(tmp_path):

@@ -70,28 +70,19 @@ def slurm():
   cluster.stop()
 
 
-def _listening(pids):
-  """The local addresses at which the processes `pids` listen for TCP (`ss`)."""
-  pids = list(pids)
-  lines = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True,
-                         timeout=30).stdout.splitlines()
-  return [line.split()[3] for line in lines
-          if any(f"pid={pid}," in line for pid in pids)]
-
-
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_slurms_daemons_and_srun_listen_on_loopback_only(slurm):
   # Before: slurmctld and slurmd listened on 0.0.0.0, reachable from beyond this machine.
-  daemons = _listening(p.pid for p in slurm._daemons)  # pylint: disable=protected-access
-  assert len(daemons) == 2 and all(a.startswith("127.0.0.1:") for a in daemons), daemons
+  daemons = helpers.listening(p.pid for p in slurm._daemons)  # pylint: disable=protected-access
+  assert len(daemons) == 2 and all(a == "127.0.0.1" for a, _ in daemons), daemons
   step = subprocess.Popen(["srun", "-N1", "-n1", "sleep", "5"], env=slurm.env)
   try:
     deadline, step_sockets = time.monotonic() + 30, []
     while not step_sockets and time.monotonic() < deadline and step.poll() is None:
-      step_sockets = _listening([step.pid])
+      step_sockets = helpers.listening([step.pid])
       time.sleep(0.2)
-    assert step_sockets and all(a.startswith("127.0.0.1:") for a in step_sockets), step_sockets
+    assert step_sockets and all(a == "127.0.0.1" for a, _ in step_sockets), step_sockets
   finally:
     try:
       step.wait(timeout=30)  # It ends by itself; a killed srun would leave its job to clean up.
