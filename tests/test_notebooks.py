@@ -105,7 +105,15 @@ def _hang_report(path, notebook, stacks) -> str:
           f"still ran after {CELL_SECONDS} s.\n--- its source:\n{running.source}\n"
           f"--- what it printed:\n{printed[-3000:]}\n"
           f"--- every thread's stack, {STACKS_SECONDS} s into the cell (faulthandler):\n"
-          f"{stacks.read_text()[-12000:] if stacks.exists() else '(none written)'}")
+          f"{_last_dump(stacks)}")
+
+
+def _last_dump(stacks) -> str:
+  """The hanging cell's stacks: the file's last dump, its main thread (listed last) kept."""
+  if not stacks.exists() or not stacks.read_text().strip():
+    return "(none written)"
+  # A cell that ran past STACKS_SECONDS and then ended left its own dump before this one.
+  return "Timeout (" + stacks.read_text().split("Timeout (")[-1][-12000:]
 
 
 def _run(path, monkeypatch, tmp_path):
@@ -117,14 +125,15 @@ def _run(path, monkeypatch, tmp_path):
   # A cell that hangs must say where: once a cell has run STACKS_SECONDS, the kernel
   # writes every thread's stack to a file (faulthandler's timer, a C thread that needs no
   # GIL, so a thread blocked in TensorFlow's C++ cannot stop it; re-armed as each cell
-  # starts), and a cell still running after CELL_SECONDS fails with those stacks, its
-  # source and what it printed.
+  # starts, once per cell: a repeating timer wrote a second dump as the kernel shut down,
+  # and the report's tail lost the hanging thread), and a cell still running after
+  # CELL_SECONDS fails with those stacks, its source and what it printed.
   stacks = tmp_path / "stacks.txt"
   notebook.cells.insert(0, nbformat.v4.new_code_cell(
       "import faulthandler\n"
       f"_stacks = open({str(stacks)!r}, 'w')\n"
       "def _arm_stacks(*_):\n"
-      f"  faulthandler.dump_traceback_later({STACKS_SECONDS}, repeat=True, file=_stacks)\n"
+      f"  faulthandler.dump_traceback_later({STACKS_SECONDS}, file=_stacks)\n"
       "get_ipython().events.register('pre_run_cell', _arm_stacks)"))
   try:
     # Raises CellExecutionError, with the cell and its traceback, on any error.
@@ -145,10 +154,13 @@ def _run(path, monkeypatch, tmp_path):
 @pytest.mark.slow
 def test_a_cell_that_hangs_is_named_with_its_stacks(monkeypatch, tmp_path):
   # A notebook that hung in CI said nothing for 600 s: no cell, no stack.
-  monkeypatch.setattr(sys.modules[__name__], "CELL_SECONDS", 10)
-  monkeypatch.setattr(sys.modules[__name__], "STACKS_SECONDS", 5)
+  # The cell outlives two STACKS_SECONDS, so a timer that repeats would dump twice.
+  monkeypatch.setattr(sys.modules[__name__], "CELL_SECONDS", 8)
+  monkeypatch.setattr(sys.modules[__name__], "STACKS_SECONDS", 3)
   notebook = nbformat.v4.new_notebook(cells=[
-      nbformat.v4.new_code_cell("print('started')"),
+      # A cell that outlives STACKS_SECONDS and ends leaves a dump of its own.
+      nbformat.v4.new_code_cell("import time\n\ndef warm_up():\n  time.sleep(3.5)\n\n"
+                                "print('started')\nwarm_up()"),
       nbformat.v4.new_code_cell("import threading\n\ndef wait_for_a_peer():\n"
                                 "  threading.Event().wait()\n\n"
                                 "print('about to wait')\nwait_for_a_peer()"),
@@ -158,6 +170,9 @@ def test_a_cell_that_hangs_is_named_with_its_stacks(monkeypatch, tmp_path):
   with pytest.raises(pytest.fail.Exception) as failed:
     _run(str(path), monkeypatch, tmp_path / "run")
   report = str(failed.value)
-  assert "hangs.ipynb: code cell 2 of 3 still ran after 10 s" in report, report
+  assert "hangs.ipynb: code cell 2 of 3 still ran after 8 s" in report, report
   assert "about to wait" in report and "never" not in report.split("its source")[1], report
   assert "in wait_for_a_peer" in report, report
+  assert "in warm_up" not in report, report
+  # One dump per long cell: a repeating timer wrote another as the kernel shut down.
+  assert (tmp_path / "run" / "stacks.txt").read_text().count("Timeout (") == 2
