@@ -5,6 +5,9 @@
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
+# The machine's busy CPU so far (user, nice, system, irq, softirq), in clock ticks.
+BUSY := awk '/^cpu /{print $$2 + $$3 + $$4 + $$7 + $$8}' /proc/stat
+
 # checkov, the manifest scanner the Kubernetes tests run, pins packaging<24,
 # which pytest, build and ray cannot use: it lives in a virtualenv of its own,
 # as pipx or its container image would run it in CI. Pinned: a new release
@@ -88,9 +91,10 @@ browser:
 # tfdist is compiled once before the tests: where PYTHONDONTWRITEBYTECODE is set (as on these
 # machines), each of the suite's processes would compile the modules it imports again, about
 # 0.24 s of CPU in a process that imports the training modules (docs/suite-time.md).
-# Each phase prints its wall time, and pytest the 20 slowest tests (setup.cfg) and the 20
-# tests and files that used the most CPU (tests/conftest.py): a regression shows the day it
-# lands. Phase 3 runs in a process group of its own, which an interrupt of `make test`
+# Each phase prints its wall time and the machine's CPU in it (BUSY), and pytest the 20
+# slowest tests (setup.cfg) and the 20 tests and files that used the most CPU
+# (tests/conftest.py): a regression shows the day it lands. The machine's CPU holds what the
+# tests' own count cannot: the tasks Ray's and SLURM's daemons start (docs/suite-time-cpu.md). Phase 3 runs in a process group of its own, which an interrupt of `make test`
 # (Ctrl-C) ends too: a shell's background job ignores Ctrl-C, and ran on for minutes.
 test:
 	@rm -f .venv-versions.log .venv-versions.code .venv-versions.pid; start=$$(date +%s); \
@@ -103,13 +107,14 @@ test:
 	   echo "set-up failed (above); phase 3 goes on in .venv-versions.log"; exit 1; }; \
 	 echo "set-up (the test virtualenv, checkov, SLURM and Chromium, side by side): $$(( $$(date +%s) - start )) s of wall time"; \
 	 $(BIN)/python -m compileall -q -j 2 tfdist > /dev/null; \
-	 phase1=$$(date +%s); $(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder -m "not alone"; \
-	  code=$$?; echo "phase 1 (not alone, 3 processes): $$(( $$(date +%s) - phase1 )) s of wall time"; \
+	 phase1=$$(date +%s); busy1=$$($(BUSY)); \
+	 $(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder -m "not alone"; \
+	  code=$$?; echo "phase 1 (not alone, 3 processes): $$(( $$(date +%s) - phase1 )) s of wall time, $$(( ($$($(BUSY)) - busy1) / $$(getconf CLK_TCK) )) s of the machine's CPU (phase 3's beside it included)"; \
 	  wait; echo "--- phase 3, which ran beside the set-up and phase 1 (.venv-versions.log):"; \
 	  cat .venv-versions.log; [ "$$(cat .venv-versions.code)" = 0 ] && exit $$code; \
 	  echo "phase 3 failed (above)"; exit 1
-	@start=$$(date +%s); $(BIN)/python -m pytest -m alone; \
-	  code=$$?; echo "phase 2 (alone): $$(( $$(date +%s) - start )) s of wall time"; exit $$code
+	@start=$$(date +%s); busy=$$($(BUSY)); $(BIN)/python -m pytest -m alone; \
+	  code=$$?; echo "phase 2 (alone): $$(( $$(date +%s) - start )) s of wall time, $$(( ($$($(BUSY)) - busy) / $$(getconf CLK_TCK) )) s of the machine's CPU"; exit $$code
 
 # The system packages the suite uses, one after the other: apt-get takes a lock.
 system-packages:

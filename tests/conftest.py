@@ -152,3 +152,6 @@ def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.write_line(f"{seconds:8.1f}s cpu  {path}")
   terminalreporter.write_line(f"{sum(_CPU_BY_TEST.values()):8.1f}s cpu  in all, "
                               f"{len(_CPU_BY_TEST)} tests")
+  # A Ray actor's or a SLURM step's task is no child of the test: its CPU is in the
+  # machine's, which `make test` prints per phase, and not here (docs/suite-time-cpu.md).
+  terminalreporter.write_line("(not counted: tasks that Ray's and SLURM's daemons start)")
