@@ -94,8 +94,10 @@ browser:
 # Each phase prints its wall time and the machine's CPU in it (BUSY), and pytest the 20
 # slowest tests (setup.cfg) and the 20 tests and files that used the most CPU
 # (tests/conftest.py): a regression shows the day it lands. The machine's CPU holds what the
-# tests' own count cannot: the tasks Ray's and SLURM's daemons start (docs/suite-time-cpu.md). Phase 3 runs in a process group of its own, which an interrupt of `make test`
-# (Ctrl-C) ends too: a shell's background job ignores Ctrl-C, and ran on for minutes.
+# tests' own count cannot: the tasks Ray's and SLURM's daemons start
+# (docs/suite-time-cpu.md). Phase 3 runs in a process group of its own, which an interrupt
+# of `make test` (Ctrl-C) ends too: a shell's background job ignores Ctrl-C, and ran on
+# for minutes.
 test:
 	@rm -f .venv-versions.log .venv-versions.code .venv-versions.pid; start=$$(date +%s); \
 	 (setsid $(MAKE) -k --no-print-directory test-versions VERSIONS_WORKERS=1 > .venv-versions.log 2>&1 & \

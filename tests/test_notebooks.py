@@ -159,7 +159,7 @@ def test_a_cell_that_hangs_is_named_with_its_stacks(monkeypatch, tmp_path):
   monkeypatch.setattr(sys.modules[__name__], "STACKS_SECONDS", 3)
   notebook = nbformat.v4.new_notebook(cells=[
       # A cell that outlives STACKS_SECONDS and ends leaves a dump of its own.
-      nbformat.v4.new_code_cell("import time\n\ndef warm_up():\n  time.sleep(3.5)\n\n"
+      nbformat.v4.new_code_cell("import time\n\ndef warm_up():\n  time.sleep(4.5)\n\n"
                                 "print('started')\nwarm_up()"),
       nbformat.v4.new_code_cell("import threading\n\ndef wait_for_a_peer():\n"
                                 "  threading.Event().wait()\n\n"
