@@ -5,8 +5,10 @@
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
-# The machine's busy CPU so far (user, nice, system, irq, softirq), in clock ticks.
+# The machine's busy CPU so far (user, nice, system, irq, softirq), in clock ticks, and the
+# seconds of it since a shell variable took BUSY's value: $(call CPU_SINCE,variable).
 BUSY := awk '/^cpu /{print $$2 + $$3 + $$4 + $$7 + $$8}' /proc/stat
+CPU_SINCE = $$(( ($$($(BUSY)) - $$$(1)) / $$(getconf CLK_TCK) ))
 
 # checkov, the manifest scanner the Kubernetes tests run, pins packaging<24,
 # which pytest, build and ray cannot use: it lives in a virtualenv of its own,
@@ -111,12 +113,12 @@ test:
 	 $(BIN)/python -m compileall -q -j 2 tfdist > /dev/null; \
 	 phase1=$$(date +%s); busy1=$$($(BUSY)); \
 	 $(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder -m "not alone"; \
-	  code=$$?; echo "phase 1 (not alone, 3 processes): $$(( $$(date +%s) - phase1 )) s of wall time, $$(( ($$($(BUSY)) - busy1) / $$(getconf CLK_TCK) )) s of the machine's CPU (phase 3's beside it included)"; \
+	  code=$$?; echo "phase 1 (not alone, 3 processes): $$(( $$(date +%s) - phase1 )) s of wall time, $(call CPU_SINCE,busy1) s of the machine's CPU (phase 3's beside it included)"; \
 	  wait; echo "--- phase 3, which ran beside the set-up and phase 1 (.venv-versions.log):"; \
 	  cat .venv-versions.log; [ "$$(cat .venv-versions.code)" = 0 ] && exit $$code; \
 	  echo "phase 3 failed (above)"; exit 1
 	@start=$$(date +%s); busy=$$($(BUSY)); $(BIN)/python -m pytest -m alone; \
-	  code=$$?; echo "phase 2 (alone): $$(( $$(date +%s) - start )) s of wall time, $$(( ($$($(BUSY)) - busy) / $$(getconf CLK_TCK) )) s of the machine's CPU"; exit $$code
+	  code=$$?; echo "phase 2 (alone): $$(( $$(date +%s) - start )) s of wall time, $(call CPU_SINCE,busy) s of the machine's CPU"; exit $$code
 
 # The system packages the suite uses, one after the other: apt-get takes a lock.
 system-packages:

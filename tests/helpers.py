@@ -108,11 +108,11 @@ def spawned(command: Sequence[str], *, env: Optional[Mapping[str, str]] = None,
     _kill_group(process)
 
 
-def listening(pids) -> set:
-  """(address, port) of each TCP socket the processes `pids` listen on, read from /proc."""
+def listening(pids=None) -> set:
+  """(address, port) of each TCP socket the processes `pids` (None: any) listen on, from /proc."""
   import ipaddress  # pylint: disable=g-import-not-at-top
   inodes = set()
-  for pid in pids:
+  for pid in pids or ():
     for fd in os.listdir(f"/proc/{pid}/fd"):
       try:
         target = os.readlink(f"/proc/{pid}/fd/{fd}")
@@ -125,7 +125,7 @@ def listening(pids) -> set:
     with open(table) as f:
       for row in f.read().splitlines()[1:]:
         fields = row.split()
-        if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN.
+        if fields[3] == "0A" and (pids is None or fields[9] in inodes):  # 0A: LISTEN.
           address, port = fields[1].rsplit(":", 1)
           # The address is in 32-bit words, each in the host's (little-endian) order.
           packed = b"".join(bytes.fromhex(address[i:i + 8])[::-1]

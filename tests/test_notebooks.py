@@ -110,10 +110,11 @@ def _hang_report(path, notebook, stacks) -> str:
 
 def _last_dump(stacks) -> str:
   """The hanging cell's stacks: the file's last dump, its main thread (listed last) kept."""
-  if not stacks.exists() or not stacks.read_text().strip():
+  written = stacks.read_text() if stacks.exists() else ""
+  if not written.strip():
     return "(none written)"
   # A cell that ran past STACKS_SECONDS and then ended left its own dump before this one.
-  return "Timeout (" + stacks.read_text().split("Timeout (")[-1][-12000:]
+  return "Timeout (" + written.split("Timeout (")[-1][-12000:]
 
 
 def _run(path, monkeypatch, tmp_path):

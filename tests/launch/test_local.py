@@ -317,17 +317,7 @@ def _alive(pid: int) -> bool:
 
 def _still_listening(ports) -> set:
   """Those of `ports` that some socket on this machine still listens on."""
-  listening = set()
-  for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-    with open(table) as f:
-      for row in f.read().splitlines()[1:]:
-        fields = row.split()
-        port = int(fields[1].rsplit(":", 1)[1], 16)
-        if fields[3] == "0A" and port in ports:  # 0A: LISTEN.
-          listening.add(port)
-  return listening
-
-
+  return {port for _, port in helpers.listening() if port in ports}
 
 
 def test_a_sigkilled_launcher_leaves_no_task_and_no_folder_behind_in_a_private_network(tmp_path):
