@@ -252,6 +252,45 @@ def test_a_task_whose_node_was_lost_has_moved_one_on_a_live_node_has_not(cluster
                       r"127.0.0.1:\d+", moved[1]), lines
 
 
+@pytest.mark.slow
+def test_a_bundle_whose_probe_is_late_on_its_node_is_waited_for_not_dropped(cluster, tmp_path):
+  """A busy node is no lost node: --min_workers shrinks a job only for bundles without a node.
+
+  Before, a probe later than --rescale_timeout shrank the job (CI started 1 of
+  2 workers when a Ray worker process took over 5 s to start). Here an actor
+  holds bundle 1 (as the last attempt's actor may): with a short `timeout` the
+  job goes on with 2 of 3; once the actor is gone, all 3 are placed.
+  """
+  script = tmp_path / "late.py"
+  script.write_text(
+      "import ray\n"
+      "from ray.util.placement_group import get_placement_group\n"
+      "from tfdist.cluster import TaskSpec\n"
+      "from tfdist.launch.ray import _placement as ray_placement\n"
+      "ray.init(namespace='tfdist', logging_level='ERROR')\n"
+      "tasks = [TaskSpec('worker', i) for i in range(3)]\n"
+      "placed = ray_placement.reserve(ray, tasks, 0.1, 'SPREAD', min_workers=1,\n"
+      "                               rescale_timeout=0.5)\n"
+      "class Holder:\n"
+      "  def leave_after(self, seconds):\n"
+      "    import time; time.sleep(seconds); ray.actor.exit_actor()\n"
+      "holder = ray.remote(Holder).options(**ray_placement.bundle_options(\n"
+      "    get_placement_group(placed.group), 1, placed.resources[1])).remote()\n"
+      "ray.get(holder.__ray_ready__.remote())  # Bundle 1's CPU is taken from now on.\n"
+      "print('HELD', repr(placed.place(timeout=3)), placed.spec(), flush=True)\n"
+      "holder.leave_after.remote(2)\n"
+      "print('LEFT', repr(placed.place()), placed.spec(), flush=True)\n")
+  result = cluster.run(helpers.python(str(script)), timeout=180)
+  assert result.returncode == 0, result.stdout[-3000:]
+  held, left = (re.search(rf"^{word} (.*)$", result.stdout, re.M).group(1)
+                for word in ("HELD", "LEFT"))
+  assert held.startswith("'only 2 of the 3 workers found room within 0.5s; going on with 2 "
+                         "(--min_workers=1)"), result.stdout[-3000:]
+  assert held.count("127.0.0.1:") == 2, held
+  assert left.startswith("'' ClusterSpec(worker=["), result.stdout[-3000:]
+  assert len(set(re.findall(r"127\.0\.0\.1:\d+", left))) == 3, left
+
+
 @pytest.mark.parametrize("min_workers, max_restarts, job, match", [
     (1, 1, launch.Job(workers=2, ps=1),
      r"--min_workers is for collective jobs.*Received: min_workers=1, ps=1$"),

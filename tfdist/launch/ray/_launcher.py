@@ -520,7 +520,9 @@ class RayLauncher(launcher_lib.Launcher):
       placement = ray_placement.reserve(
           ray, tasks, self.cpus_per_task, self.placement, resources=self.resources,
           min_workers=self.min_workers, rescale_timeout=self.rescale_timeout)
-      output.write(f"[tfdist launch] {placement.spec()} on Ray at {address}\n")
+      shortfall = placement.shortfall()
+      output.write(f"[tfdist launch] {placement.spec()} on Ray at {address}"
+                   f"{': ' + shortfall if shortfall else ''}\n")
       if job.data_workers:
         output.write(f"[tfdist launch] {placement.data_service(options.data_work_dir)}\n")
       output.write(f"[tfdist launch] {exposure.warning('ray', _ports(placement, job))}\n")

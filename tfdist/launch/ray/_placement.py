@@ -255,11 +255,13 @@ class Placement:
     Waits up to `timeout` for every task's bundle to be on a node (Ray moves
     the bundles of a lost node as room allows). With `min_workers`, it waits
     `rescale_timeout` for every worker, then goes on with the workers placed
-    by then if they are at least `min_workers`.
+    by then if they are at least `min_workers`. A bundle that has a node is
+    waited for until `timeout` even then: its probe is only slow (a Ray worker
+    process starting on a busy node), which is no lack of room.
 
     Returns:
       "" when every task is placed, else a sentence saying how many workers
-      go on.
+      go on (`shortfall`).
 
     Raises:
       RayUnavailable: too few tasks placed within `timeout`.
@@ -267,18 +269,35 @@ class Placement:
     start = time.monotonic()
     everything = range(len(self.tasks))
     found = self._probe(everything, self.rescale_timeout if self.min_workers else timeout)
-    while len(found) < len(self.tasks) and not self._enough(found):
+    while len(found) < len(self.tasks):
+      missing = [i for i in everything if i not in found]
+      # Before, a probe late on a node that had room shrank the job (a CI run
+      # started 1 of 2 workers when starting a Ray worker took over 5 s).
+      if self._enough(found) and not self._on_a_node(missing):
+        break
       left = timeout - (time.monotonic() - start)
+      if left <= 0 and self._enough(found):
+        break  # A node still listed, never answering: it is being lost.
       if left <= 0:
         raise RayUnavailable(
-            f"The Ray cluster found no node for {len(self.tasks) - len(found)} of the job's "
+            f"The Ray cluster found no node for {len(missing)} of the job's "
             f"{len(self.tasks)} tasks within {timeout:g}s (a node was lost and no other has "
             f"room); it has {self.ray.available_resources()}. Add nodes"
             f"{'' if self.min_workers else ', or let the job go on with fewer workers (--min_workers)'}"
             f". Received: bundles={self.resources}")
-      found.update(self._probe([i for i in everything if i not in found], min(left, 5.0)))
+      found.update(self._probe(missing, min(left, 5.0)))
     self.addresses = found
-    if len(found) == len(self.tasks):
+    return self.shortfall()
+
+  def _on_a_node(self, indices: Sequence[int]) -> List[int]:
+    """Which of the bundles `indices` Ray has put on a node (their probe may still be starting)."""
+    from ray.util.placement_group import get_placement_group, placement_group_table
+    nodes = placement_group_table(get_placement_group(self.group))["bundles_to_node_id"]
+    return [i for i in indices if nodes.get(i)]  # "": no node yet.
+
+  def shortfall(self) -> str:
+    """"" when every task is placed, else how many workers go on, and until when."""
+    if len(self.addresses) == len(self.tasks):
       return ""
     return (f"only {self.workers_placed} of the {self.workers_asked} workers found room within "
             f"{self.rescale_timeout:g}s; going on with {self.workers_placed} "
