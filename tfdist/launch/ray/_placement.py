@@ -271,13 +271,13 @@ class Placement:
     found = self._probe(everything, self.rescale_timeout if self.min_workers else timeout)
     while len(found) < len(self.tasks):
       missing = [i for i in everything if i not in found]
-      # Before, a probe late on a node that had room shrank the job (a CI run
-      # started 1 of 2 workers when starting a Ray worker took over 5 s).
+      # A probe late on a node with room once counted as no room: a loaded CI
+      # run began a job of 2 workers on 1.
       if self._enough(found) and not self._on_a_node(missing):
         break
       left = timeout - (time.monotonic() - start)
       if left <= 0 and self._enough(found):
-        break  # A node still listed, never answering: it is being lost.
+        break  # Listed on a node that never answered (being lost, or held): enough.
       if left <= 0:
         raise RayUnavailable(
             f"The Ray cluster found no node for {len(missing)} of the job's "
@@ -296,7 +296,7 @@ class Placement:
     return [i for i in indices if nodes.get(i)]  # "": no node yet.
 
   def shortfall(self) -> str:
-    """"" when every task is placed, else how many workers go on, and until when."""
+    """The empty string when every task is placed, else how many workers go on, and until when."""
     if len(self.addresses) == len(self.tasks):
       return ""
     return (f"only {self.workers_placed} of the {self.workers_asked} workers found room within "
