@@ -269,8 +269,9 @@ def test_a_task_whose_node_was_lost_has_moved_one_on_a_live_node_has_not(cluster
 def test_a_bundle_whose_probe_is_late_on_its_node_is_waited_for_not_dropped(cluster, tmp_path):
   """A busy node is no lost node: --min_workers shrinks a job only for bundles without a node.
 
-  Before, a probe later than --rescale_timeout shrank the job (CI started 1 of
-  2 workers when a Ray worker process took over 5 s to start). Here an actor
+  Before, a probe later than --rescale_timeout shrank the job (a loaded CI run
+  began a job of 2 workers on 1; a probe waits for a Ray worker process to
+  start). Here an actor
   holds bundle 1 (as the last attempt's actor may): with a short `timeout` the
   job goes on with 2 of 3; once the actor is gone, all 3 are placed.
   """

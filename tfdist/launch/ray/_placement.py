@@ -216,9 +216,8 @@ class Placement:
     Its bundle is on another node than when it was placed (Ray moved it from a
     lost node), or on none yet.
     """
-    from ray.util.placement_group import get_placement_group, placement_group_table
     index = next(i for i, t in self._placed_tasks() if t == task)
-    now = placement_group_table(get_placement_group(self.group))["bundles_to_node_id"].get(index)
+    now = self._table()["bundles_to_node_id"].get(index)
     if now == self.nodes.get(index):
       return None
     return (f"its node left the Ray cluster, and the others know it at "
@@ -276,9 +275,9 @@ class Placement:
       if self._enough(found) and not self._on_a_node(missing):
         break
       left = timeout - (time.monotonic() - start)
-      if left <= 0 and self._enough(found):
-        break  # Listed on a node that never answered (being lost, or held): enough.
       if left <= 0:
+        if self._enough(found):
+          break  # Listed on a node that never answered (being lost, or held): enough.
         raise RayUnavailable(
             f"The Ray cluster found no node for {len(missing)} of the job's "
             f"{len(self.tasks)} tasks within {timeout:g}s (a node was lost and no other has "
@@ -291,8 +290,7 @@ class Placement:
 
   def _on_a_node(self, indices: Sequence[int]) -> List[int]:
     """Which of the bundles `indices` Ray has put on a node (their probe may still be starting)."""
-    from ray.util.placement_group import get_placement_group, placement_group_table
-    nodes = placement_group_table(get_placement_group(self.group))["bundles_to_node_id"]
+    nodes = self._table()["bundles_to_node_id"]
     return [i for i in indices if nodes.get(i)]  # "": no node yet.
 
   def shortfall(self) -> str:
@@ -306,8 +304,12 @@ class Placement:
 
   def complete(self) -> bool:
     """Whether every bundle is on a node (Ray placed the ones a lost node held)."""
+    return self._table()["state"] == "CREATED"
+
+  def _table(self) -> dict:
+    """Ray's record of the group now: its state, and each bundle's node ("" for none)."""
     from ray.util.placement_group import get_placement_group, placement_group_table
-    return placement_group_table(get_placement_group(self.group))["state"] == "CREATED"
+    return placement_group_table(get_placement_group(self.group))
 
 
 def server_tasks(data_workers: int) -> List[cluster_lib.TaskSpec]:
