@@ -34,6 +34,8 @@ NEWEST_NO_DEPS := tf-keras-nightly==2.22.0.dev2026101709
 CPU := .venv-cpu
 CPU_STACK := tensorflow-cpu==2.21.0 keras==3.15.1 tensorboard==2.21.0
 CPU_NO_DEPS := tf-keras==2.21.0
+# The three, each with tfdist installed beside it.
+STACKS := $(OLDEST)/.installed $(NEWEST)/.installed $(CPU)/.installed
 # What installing tfdist beside them must leave as it is.
 STACK_PACKAGES := ^(tensorflow|tensorflow[-_]cpu|tf[-_]keras|tf[-_]keras[-_]nightly|keras|keras[-_]nightly|tensorboard|protobuf|numpy)==
 
@@ -87,9 +89,10 @@ browser:
 # and on tensorflow-cpu (test-versions, each stack installed, then tested). Then the tests
 # marked `alone` (speeds measured side by side, hundreds of ports held) run with nothing
 # else beside them.
-# The suite is CPU-bound on 2 cores, so the work beside phase 1 slows it: phase 3 starts
-# with the set-up instead, whose pip and apt-get leave a core idle, and tests each stack as
-# soon as it is installed; the set-up's own parts run side by side too (docs/suite-time.md).
+# The suite is CPU-bound on 2 cores, so the work beside phase 1 slows it: the version
+# checks' three stacks are installed in the set-up, side by side with its other parts (pip
+# and apt-get leave a core idle), and phase 3 runs only their tests beside phase 1
+# (docs/suite-time-cpu.md).
 # tfdist is compiled once before the tests: where PYTHONDONTWRITEBYTECODE is set (as on these
 # machines), each of the suite's processes would compile the modules it imports again, about
 # 0.24 s of CPU in a process that imports the training modules (docs/suite-time.md).
@@ -102,19 +105,22 @@ browser:
 # for minutes.
 test:
 	@rm -f .venv-versions.log .venv-versions.code .venv-versions.pid; start=$$(date +%s); \
-	 (setsid $(MAKE) -k --no-print-directory test-versions VERSIONS_WORKERS=1 > .venv-versions.log 2>&1 & \
-	  echo $$! > .venv-versions.pid; wait $$!; echo $$? > .venv-versions.code; \
-	  echo "phase 3 (the version-sensitive tests on TensorFlow 2.17.1, 2.22.0rc0 and tensorflow-cpu 2.21, from the set-up's start, installs included): $$(( $$(date +%s) - start )) s of wall time" \
-	  >> .venv-versions.log) & \
 	 trap 'versions=$$(cat .venv-versions.pid 2>/dev/null); [ -n "$$versions" ] && kill -TERM -$$versions 2>/dev/null; exit 130' INT TERM HUP; \
+	 (setsid $(MAKE) -k -j3 --no-print-directory $(STACKS) > .venv-versions.log 2>&1 & \
+	  echo $$! > .venv-versions.pid; wait $$!) & stacks=$$!; \
 	 $(MAKE) --no-print-directory -j3 install system-packages || { \
-	   echo "set-up failed (above); phase 3 goes on in .venv-versions.log"; exit 1; }; \
-	 echo "set-up (the test virtualenv, checkov, SLURM and Chromium, side by side): $$(( $$(date +%s) - start )) s of wall time"; \
+	   echo "set-up failed (above)"; kill -TERM -$$(cat .venv-versions.pid) 2>/dev/null; exit 1; }; \
+	 wait $$stacks; \
+	 echo "set-up (the test virtualenv, checkov, SLURM, Chromium and the version checks' three stacks, side by side): $$(( $$(date +%s) - start )) s of wall time"; \
 	 $(BIN)/python -m compileall -q -j 2 tfdist > /dev/null; \
 	 phase1=$$(date +%s); busy1=$$($(BUSY)); \
+	 (setsid $(MAKE) -k --no-print-directory test-versions VERSIONS_WORKERS=1 >> .venv-versions.log 2>&1 & \
+	  echo $$! > .venv-versions.pid; wait $$!; echo $$? > .venv-versions.code; \
+	  echo "phase 3 (the version-sensitive tests on TensorFlow 2.17.1, 2.22.0rc0 and tensorflow-cpu 2.21, beside phase 1): $$(( $$(date +%s) - phase1 )) s of wall time" \
+	  >> .venv-versions.log) & \
 	 $(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder -m "not alone"; \
 	  code=$$?; echo "phase 1 (not alone, 3 processes): $$(( $$(date +%s) - phase1 )) s of wall time, $(call CPU_SINCE,busy1) s of the machine's CPU (phase 3's beside it included)"; \
-	  wait; echo "--- phase 3, which ran beside the set-up and phase 1 (.venv-versions.log):"; \
+	  wait; echo "--- the version checks' installs (in the set-up) and phase 3, beside phase 1 (.venv-versions.log):"; \
 	  cat .venv-versions.log; [ "$$(cat .venv-versions.code)" = 0 ] && exit $$code; \
 	  echo "phase 3 failed (above)"; exit 1
 	@start=$$(date +%s); busy=$$($(BUSY)); $(BIN)/python -m pytest -m alone; \
