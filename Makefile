@@ -86,13 +86,13 @@ browser:
 # files per process, so a module's cluster is started once; two left a quarter of the cores
 # idle while tests waited on their children, docs/suite-time.md). Beside it, one process at
 # a time, the tests marked `versions` run on the oldest and the newest supported TensorFlow
-# and on tensorflow-cpu (test-versions, each stack installed, then tested). Then the tests
+# and on tensorflow-cpu (test-versions, in the stacks the set-up installed). Then the tests
 # marked `alone` (speeds measured side by side, hundreds of ports held) run with nothing
 # else beside them.
 # The suite is CPU-bound on 2 cores, so the work beside phase 1 slows it: the version
-# checks' three stacks are installed in the set-up, side by side with its other parts (pip
-# and apt-get leave a core idle), and phase 3 runs only their tests beside phase 1
-# (docs/suite-time-cpu.md).
+# checks' three stacks are installed in the set-up, side by side with its other parts, and
+# phase 3 runs only their tests beside phase 1 (docs/suite-time-cpu.md). A stack that failed
+# to install is tried again by test-versions, whose failure then fails `make test`.
 # tfdist is compiled once before the tests: where PYTHONDONTWRITEBYTECODE is set (as on these
 # machines), each of the suite's processes would compile the modules it imports again, about
 # 0.24 s of CPU in a process that imports the training modules (docs/suite-time.md).
