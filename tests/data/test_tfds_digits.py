@@ -1,5 +1,7 @@
 """tfdist.data.tfds_digits: real TFRecord shards, loaded by tfds.load offline."""
 
+import tempfile
+
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
@@ -27,3 +29,15 @@ def test_file_sharding_splits_files_between_pipelines(tmp_path):
                         input_context=context)
     counts.append(sum(1 for _ in ds))
   assert sum(counts) == 1437 and abs(counts[0] - counts[1]) <= 1
+
+
+def test_prepare_leaves_no_temporary_folder(tmp_path, monkeypatch):
+  """A fresh data_dir once made TFDS leave an empty folder in the temporary directory."""
+  temporary = tmp_path / "temporary"
+  temporary.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(temporary))  # What tempfile.mkdtemp uses.
+  for data_dir in ("first", "second"):  # Each unprepared data_dir made one.
+    tfds_digits.prepare(str(tmp_path / data_dir), num_shards=1)
+  tfds_digits.prepare(str(tmp_path / "first"), num_shards=1)  # Prepared: it reads it back.
+  assert list(temporary.iterdir()) == []
+  assert tfds_digits.prepare(str(tmp_path / "second")).info.splits["test"].num_examples == 360

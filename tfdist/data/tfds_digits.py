@@ -21,6 +21,19 @@ from tfdist.data import digits
 NAME = "tfdist_digits"
 
 
+class _LocalInfo(tfds.core.DatasetInfo):
+  """The dataset's info, never looked up in TFDS's GCS bucket: these digits are not there.
+
+  `tfds.core.DatasetInfo.initialize_from_bucket`, which a builder calls when its data_dir
+  holds no prepared copy yet, makes a temporary folder before it finds nothing to fetch,
+  and leaves that folder behind (tensorflow-datasets 4.9.10): one per `prepare` of a
+  fresh data_dir.
+  """
+
+  def initialize_from_bucket(self) -> None:
+    pass
+
+
 class TfdistDigits(tfds.core.GeneratorBasedBuilder):
   """The 1,797 embedded 8x8 handwritten digits, split as `tfdist.data.digits`."""
 
@@ -28,7 +41,10 @@ class TfdistDigits(tfds.core.GeneratorBasedBuilder):
   RELEASE_NOTES = {"1.0.0": "Images float32 in [0, 1], shape (8, 8, 1); fixed split."}
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return self.dataset_info_from_configs(
+    # What `dataset_info_from_configs` adds, the config files' description and citation,
+    # this builder has none of.
+    return _LocalInfo(
+        builder=self,
         features=tfds.features.FeaturesDict({
             "image": tfds.features.Tensor(shape=digits.IMAGE_SHAPE, dtype=np.float32),
             "label": tfds.features.ClassLabel(num_classes=digits.NUM_CLASSES),

@@ -10,9 +10,22 @@ import sys
 
 
 def running_local(function, name: str):
-  """The local `name` of the innermost call of `function` on this thread's stack, or None."""
+  """The local `name` of the innermost call of `function` on this thread's stack, or None.
+
+  Reading `frame.f_locals` leaves a copy of every local on the frame (before Python 3.13,
+  PEP 667), which `frame.clear()` does not free. A `fit` interrupted by an exception keeps
+  its frame in the traceback; that copy kept its tf.data iterators alive after
+  `traceback.clear_frames`, and freeing them later waited for their autotune threads
+  (docs/suite-time.md). So the copy is emptied once the local is read.
+  """
   code = inspect.unwrap(function).__code__
   frame = sys._getframe(1)
   while frame is not None and frame.f_code is not code:
     frame = frame.f_back
-  return None if frame is None else frame.f_locals.get(name)
+  if frame is None:
+    return None
+  local_variables = frame.f_locals
+  value = local_variables.get(name)
+  if isinstance(local_variables, dict):  # A copy; from 3.13 on, a view of the frame itself.
+    local_variables.clear()
+  return value
