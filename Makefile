@@ -95,7 +95,7 @@ browser:
 # to install is tried again by test-versions, whose failure then fails `make test`.
 # tfdist is compiled once before the tests: where PYTHONDONTWRITEBYTECODE is set (as on these
 # machines), each of the suite's processes would compile the modules it imports again, about
-# 0.24 s of CPU in a process that imports the training modules (docs/suite-time.md).
+# 0.24 s of CPU in a process that imports the training modules (docs/suite-time-runs.md).
 # Each phase prints its wall time and the machine's CPU in it (BUSY), and pytest the 20
 # slowest tests (setup.cfg) and the 20 tests and files that used the most CPU
 # (tests/conftest.py): a regression shows the day it lands. The machine's CPU holds what the
@@ -168,7 +168,7 @@ test-cpu: $(CPU)/.installed
 # A stack, then what tfdist[test] requires beside it (read from setup.cfg, with the build
 # backend), held to that stack; not what only the docs and the Kubernetes manifests' tests
 # use (MkDocs, the schemas): no test marked `versions` needs them, and they cost each
-# stack about 15 s of CPU beside the first phase (docs/suite-time.md).
+# stack about 15 s of CPU beside the first phase (docs/suite-time-runs.md).
 $(OLDEST)/.stack: STACK = $(OLDEST_STACK)
 $(NEWEST)/.stack: STACK = $(NEWEST_STACK)
 $(NEWEST)/.stack: NO_DEPS = $(NEWEST_NO_DEPS)

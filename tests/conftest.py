@@ -39,8 +39,9 @@ gc.freeze()
 
 # The heaviest files first: under `--dist loadfile --no-loadscope-reorder` (make test) a
 # free worker takes the next file in this order, so a long one handed out last would run
-# on alone at the end while the other workers idle. By worker-seconds of a full first phase, heaviest first
-# (docs/suite-time.md, "The suite's workers and order"); the rest keep their order after these.
+# on alone at the end while the other workers idle. Heaviest first, by what the files cost in
+# the suite's runs (docs/suite-time.md, "The suite's workers and order", and the later CPU
+# counts of docs/suite-time-cpu.md); the rest keep their order after these.
 HEAVIEST_FIRST = (
     "training/test_checkpoints.py", "training/test_loop.py", "launch/test_ray.py",
     "test_notebooks.py", "training/test_local_sgd.py", "launch/test_local.py",

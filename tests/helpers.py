@@ -273,29 +273,34 @@ def let_go(excinfo):
 
   Its frames hold the fit's tf.data iterators, in reference cycles. Freed at the test's
   end by the garbage collector, each waits for its autotune thread, up to the iterator's
-  age (docs/suite-time.md): 20-117 s of teardown in one CI run. Freed while young, they
-  cost about nothing.
+  age (docs/suite-time.md; 20-117 s of teardown in one CI run, docs/suite-time-runs.md).
+  Freed while young, they cost about nothing.
 
   Keras re-raises with its own frames filtered out of the traceback, but those frames
-  (`fit`'s, holding its iterator) live on behind the ones left: each frame from the raise
-  up to the test is cleared, through `f_back`. The test's own frame still runs, and stops
-  the walk. Before Python 3.13 a frame whose `f_locals` something read keeps a copy of its
-  locals that `frame.clear()` leaves (tests/internals/test_frames.py); that copy is emptied
-  too.
+  (`fit`'s, holding its iterator) live on behind the ones left: each frame from each
+  traceback entry up to the test is cleared, through `f_back` (an entry may be another
+  thread's: a replica's). The test's own frame still runs, and stops the walk. A function
+  frame whose `f_locals` something read (AutoGraph does, for every frame on the stack) keeps
+  a copy of its locals that `frame.clear()` leaves on Python 3.11.7 (python/cpython#113939,
+  tests/internals/test_frames.py); that copy is emptied too.
   """
   import gc  # pylint: disable=g-import-not-at-top
+  import inspect  # pylint: disable=g-import-not-at-top
+  seen = set()
   tb = excinfo.tb
-  while tb.tb_next is not None:
+  while tb is not None:
+    frame = tb.tb_frame
+    while frame is not None and id(frame) not in seen:
+      seen.add(id(frame))
+      try:
+        frame.clear()
+      except RuntimeError:  # A frame still running: the test's, and those that called it.
+        break
+      # A module's or class body's f_locals is its namespace, not a copy: left alone.
+      if frame.f_code.co_flags & inspect.CO_OPTIMIZED and isinstance(frame.f_locals, dict):
+        frame.f_locals.clear()
+      frame = frame.f_back
     tb = tb.tb_next
-  frame = tb.tb_frame
-  while frame is not None:
-    try:
-      frame.clear()
-    except RuntimeError:  # A frame still running: the test's, and those that called it.
-      break
-    if isinstance(frame.f_locals, dict):  # A copy; from 3.13 on, a view of the frame.
-      frame.f_locals.clear()
-    frame = frame.f_back
   gc.collect()
 
 

@@ -25,7 +25,8 @@ def test_small_packs_start_an_all_reduce_before_the_backward_pass_ends(tmp_path)
   result = helpers.run(command, timeout=300, env={"TFDIST_INPUT_WAIT": "0"})
   if result.returncode in (134, 139):
     # Without one it still aborts now and then (3 runs in 20 of another 2-worker job,
-    # in the profiler's export; docs/known_issues.md): once more.
+    # in the profiler's export; docs/measuring.md, "TF's profiler abort: how it was found"):
+    # once more.
     result = helpers.run(command, timeout=300, env={"TFDIST_INPUT_WAIT": "0"})
   assert result.returncode == 0, result.stdout[-3000:]
   rows = json.loads(out.read_text())["steps"]

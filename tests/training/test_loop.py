@@ -101,7 +101,7 @@ def _live_distributed_iterators():
 @pytest.mark.parametrize("steps_per_epoch", [None, 3])
 def test_a_fit_lets_go_of_its_input_iterators_when_it_returns(steps_per_epoch):
   # As Keras's fit does: freed later by the garbage collector, a tf.data iterator waits
-  # for its autotune thread, longer the older it is (docs/measuring.md).
+  # for its autotune thread, longer the older it is (docs/known_issues.md).
   keras, mirrored = helpers.keras_of("tf_keras"), tfdist.make_strategy("mirrored")
   x, y = helpers.regression_data(256)
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)

@@ -7,7 +7,7 @@ the test part of the UCI "Optical Recognition of Handwritten Digits" data
 CC BY 4.0; tfdist stores them as they are, pixel counts 0 to 16. tfdist does
 not depend on scikit-learn: with it installed, importing TensorFlow also
 imports it and SciPy (Keras's scikit-learn wrappers), about half a second of
-CPU in every process of a job (docs/measuring.md).
+CPU in every process of a job (docs/suite-time.md, "Where the suite's time goes").
 
 The split is fixed (seeded), so every run and every worker sees the same train
 and test sets.

@@ -13,10 +13,13 @@ def running_local(function, name: str):
   """The local `name` of the innermost call of `function` on this thread's stack, or None.
 
   Reading `frame.f_locals` leaves a copy of every local on the frame (before Python 3.13,
-  PEP 667), which `frame.clear()` does not free. A `fit` interrupted by an exception keeps
-  its frame in the traceback; that copy kept its tf.data iterators alive after
-  `traceback.clear_frames`, and freeing them later waited for their autotune threads
-  (docs/suite-time.md). So the copy is emptied once the local is read.
+  PEP 667), and `frame.clear()` left that copy too before python/cpython#113939 (3.11.7
+  here). A `fit` stopped by an exception keeps its frame in the traceback; that copy kept
+  its tf.data iterators alive after `traceback.clear_frames`, and freeing them later waited
+  for their autotune threads (docs/suite-time-cpu.md, "A fit stopped by an exception").
+  So the copy is emptied once the local is read, unless a debugger or tracer runs: Python
+  writes that copy back into the frame after each trace event, so an emptied one would
+  unbind `fit`'s locals.
   """
   code = inspect.unwrap(function).__code__
   frame = sys._getframe(1)
@@ -26,6 +29,7 @@ def running_local(function, name: str):
     return None
   local_variables = frame.f_locals
   value = local_variables.get(name)
-  if isinstance(local_variables, dict):  # A copy; from 3.13 on, a view of the frame itself.
+  # A dict is a copy; from 3.13 on, f_locals is a view of the frame itself.
+  if isinstance(local_variables, dict) and sys.gettrace() is None:
     local_variables.clear()
   return value

@@ -97,7 +97,8 @@ def fingerprint(strategy=None) -> Dict[str, str]:
   keras_in_use = "tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS", "") in (
       "1", "true", "True") else "keras3"
   # The installed Keras 3, from its package metadata: importing it cost a process that trains
-  # with tf_keras about a second of CPU (docs/suite-time.md).
+  # with tf_keras about a second of CPU (docs/benchmarks/launch.md, "What Keras 3 cost a
+  # tf_keras worker's start").
   keras_version = next(filter(None, map(_stack.installed, _stack.KERAS_DISTRIBUTIONS)), "none")
   devices = {}
   for device in tf.config.list_logical_devices():

@@ -184,7 +184,8 @@ def multi_worker_mirrored(cluster: registry.ClusterArg = None,
 
 # Keras 3's patches wait for Keras 3: importing it to patch it cost a process that trains
 # with tf_keras (TF_USE_LEGACY_KERAS=1, as `tfdist launch` sets by default) about a second
-# of CPU, Matplotlib included (docs/suite-time.md).
+# of CPU, Matplotlib included (docs/benchmarks/launch.md, "What Keras 3 cost a tf_keras
+# worker's start").
 def _when_imported(module: str, function) -> None:
   """`function(module)` now if `module` is imported (raising, as before), else right after it
   first executes (once per process, however many strategies it makes)."""

@@ -54,7 +54,8 @@ class SyncRunner(runner.Loop):
   def _end_fit(self) -> None:
     # The input's iterators go when `fit` returns, as Keras's do, not whenever the garbage
     # collector frees the loop: freeing a tf.data iterator waits for its autotune thread,
-    # which sleeps longer the older the iterator is (docs/measuring.md).
+    # which sleeps longer the older the iterator is (docs/known_issues.md, "Freeing a tf.data
+    # iterator can block").
     self._iterator = self._distributed = None
 
   def _train_epoch(self, steps: Optional[int], last: bool) -> Dict[str, float]:
