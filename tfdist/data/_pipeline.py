@@ -7,8 +7,9 @@ that work on whole batches (vectorised), prefetch (AUTOTUNE); and applies the
 
 Why this order: the cache keeps the work that is the same every epoch and
 nothing random; shuffling after the cache reshuffles cheaply; a map after
-batching runs once per batch instead of once per element (many times faster for a
-cheap map here; docs/benchmarks/input.md); prefetch overlaps the pipeline with the training step.
+batching runs once per batch instead of once per element (many times faster
+for a cheap map here; docs/benchmarks/input.md); prefetch overlaps the pipeline
+with the training step.
 
 Augmentations should use stateless random ops (`tf.image.stateless_random_*`)
 seeded per element (`build(..., augment_seed=)`): the crops then do not depend

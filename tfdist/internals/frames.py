@@ -12,14 +12,14 @@ import sys
 def running_local(function, name: str):
   """The local `name` of the innermost call of `function` on this thread's stack, or None.
 
-  Reading `frame.f_locals` leaves a copy of every local on the frame (before Python 3.13,
-  PEP 667), and `frame.clear()` left that copy too before python/cpython#113939 (3.11.7
-  here). A `fit` stopped by an exception keeps its frame in the traceback; that copy kept
-  its tf.data iterators alive after `traceback.clear_frames`, and freeing them later waited
-  for their autotune threads (docs/suite-time-cpu.md, "A fit stopped by an exception").
-  So the copy is emptied once the local is read, unless a debugger or tracer runs: Python
-  writes that copy back into the frame after each trace event, so an emptied one would
-  unbind `fit`'s locals.
+  Before Python 3.13 (PEP 667), reading `frame.f_locals` leaves a copy of every local on
+  the frame, which `frame.clear()` does not free where python/cpython#113939 is not fixed
+  (3.11.7 among them). A `fit` stopped by an exception keeps its frame in the traceback;
+  that copy kept its tf.data iterators alive after `traceback.clear_frames`, and freeing
+  them later waited for their autotune threads (docs/suite-time-cpu.md, "A fit stopped by
+  an exception"). So the copy is emptied once the local is read, unless a debugger or
+  tracer runs: Python writes that copy back into the frame after each trace event, so an
+  emptied one would unbind `fit`'s locals.
   """
   code = inspect.unwrap(function).__code__
   frame = sys._getframe(1)
