@@ -7,7 +7,9 @@ import logging
 import os
 
 import pytest
+import tensorflow as tf
 
+import suite_cpu
 import tfdist
 
 # Every Python process the suite starts skips the garbage collection of its exit
@@ -138,7 +140,8 @@ def pytest_terminal_summary(terminalreporter, config):
   if config.getoption("cpu_lines"):
     with open(config.getoption("cpu_lines"), "a", encoding="utf-8") as lines:
       for nodeid, seconds in _CPU_BY_TEST.items():
-        lines.write(json.dumps({"test": nodeid, "cpu_seconds": round(seconds, 2)}) + "\n")
+        lines.write(json.dumps({"test": nodeid, "cpu_seconds": round(seconds, 2),
+                                "tensorflow": tf.__version__}) + "\n")
   heaviest = sorted(_CPU_BY_TEST.items(), key=lambda item: -item[1])[:CPU_REPORT_LENGTH]
   terminalreporter.section(f"most CPU: {CPU_REPORT_LENGTH} tests and files, with the processes "
                            "they waited for")
@@ -156,3 +159,12 @@ def pytest_terminal_summary(terminalreporter, config):
   # A Ray actor's or a SLURM step's task is no child of the test: its CPU is in the
   # machine's, which `make test` prints per phase, and not here (docs/suite-time-cpu.md).
   terminalreporter.write_line("(not counted: tasks that Ray's and SLURM's daemons start)")
+  # The hour's speed against a reference run, and the tests a change made heavier.
+  reference = suite_cpu.load()
+  if reference and reference["tensorflow"] != tf.__version__:
+    terminalreporter.write_line(f"(the reference run's CPU is of TensorFlow {reference['tensorflow']}, "
+                                f"this run's of {tf.__version__}: not compared)")
+  elif reference:
+    comparison = suite_cpu.compare(_CPU_BY_TEST, reference["cpu_seconds"])
+    for line in suite_cpu.report(comparison, reference) if comparison else ():
+      terminalreporter.write_line(line)
