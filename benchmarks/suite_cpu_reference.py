@@ -2,15 +2,16 @@
 
     git clone /work/main /tmp/ciN && cd /tmp/ciN
     CI=true PYTEST_ADDOPTS=--cpu-lines=/tmp/ciN.jsonl bash .ci/run
-    python benchmarks/suite_cpu_reference.py /tmp/ciN.jsonl --date="2026-11-30 21:27 UTC" \\
-        --commit=7e97537 --machine="the 2-vCPU Intel Xeon VM with AVX-512" > tests/suite_cpu_reference.json
+    .venv/bin/python benchmarks/suite_cpu_reference.py /tmp/ciN.jsonl \\
+        --date="2026-11-30 21:27 UTC" --commit=7e97537 \\
+        --machine="the 2-vCPU Intel Xeon VM with AVX-512" > tests/suite_cpu_reference.json
 
-Keeps the tests of the installed TensorFlow (the test virtualenv's: `make test`'s first and
-second phases), not the version checks' stacks, and of those the tests that used a second of
-CPU or more. `tests/suite_cpu.py` says what the suite does with it.
+Keeps the lines of one virtualenv (`--virtualenv`, the test virtualenv `.venv` by default:
+`make test`'s first and second phases, not the version checks' stacks), and of those the
+tests that passed and used a second of CPU or more. `tests/suite_cpu.py` says what the
+suite does with it.
 """
 
-import importlib.metadata
 import json
 import sys
 
@@ -24,29 +25,21 @@ _DATE = flags.DEFINE_string("date", None, "When the run began, e.g. '2026-11-30 
                             required=True)
 _COMMIT = flags.DEFINE_string("commit", None, "The commit it ran.", required=True)
 _MACHINE = flags.DEFINE_string("machine", None, "The machine it ran on.", required=True)
-
-
-def _tensorflow() -> str:
-  """The installed TensorFlow's version, as `tf.__version__` says it, without importing it."""
-  for name in ("tensorflow", "tensorflow-cpu"):
-    try:
-      return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-      pass
-  raise app.UsageError("No TensorFlow is installed here: run this in the test virtualenv.")
+_VIRTUALENV = flags.DEFINE_string("virtualenv", ".venv", "The virtualenv whose tests to keep, "
+                                  "by its folder's name.")
 
 
 def main(argv):
   if len(argv) != 2:
     raise app.UsageError(f"One --cpu-lines file, please. Received: {argv[1:]}")
-  tensorflow = _tensorflow()
-  seconds = suite_cpu.reference_from_lines(argv[1], tensorflow)
+  tensorflow, seconds = suite_cpu.reference_from_lines(argv[1], _VIRTUALENV.value)
   if not seconds:
-    raise app.UsageError(f"No test of TensorFlow {tensorflow} used a second of CPU in "
-                         f"{argv[1]}: a file of `pytest --cpu-lines` from this virtualenv, please.")
+    raise app.UsageError(f"No test that passed in {_VIRTUALENV.value} used a second of CPU in "
+                         f"{argv[1]}: a file of `pytest --cpu-lines` from a whole run, please.")
   json.dump({"date": _DATE.value, "commit": _COMMIT.value, "machine": _MACHINE.value,
              "command": "CI=true PYTEST_ADDOPTS=--cpu-lines=PATH bash .ci/run, from a fresh clone",
-             "tensorflow": tensorflow, "cpu_seconds": seconds}, sys.stdout, indent=0)
+             "virtualenv": _VIRTUALENV.value, "tensorflow": tensorflow, "cpu_seconds": seconds},
+            sys.stdout, indent=0)
   sys.stdout.write("\n")
 
 

@@ -5,6 +5,7 @@ import importlib
 import json
 import logging
 import os
+import sys
 
 import pytest
 import tensorflow as tf
@@ -102,6 +103,8 @@ def garbage_collected():
 CPU_REPORT_LENGTH = 20
 _CPU_START = pytest.StashKey[float]()
 _CPU_BY_TEST = {}
+_PASSED, _NOT_PASSED, _ALONE = set(), set(), set()
+_VIRTUALENV = os.path.basename(sys.prefix)
 
 
 def _cpu_seconds():
@@ -120,12 +123,21 @@ def pytest_runtest_makereport(item, call):
   report = outcome.get_result()
   if call.when == "teardown" and _CPU_START in item.stash:
     report.user_properties.append(("cpu_seconds", _cpu_seconds() - item.stash[_CPU_START]))
+    report.user_properties.append(("alone", item.get_closest_marker("alone") is not None))
 
 
 def pytest_runtest_logreport(report):
   for name, value in report.user_properties:
     if name == "cpu_seconds":
       _CPU_BY_TEST[report.nodeid] = value
+    elif name == "alone" and value:
+      _ALONE.add(report.nodeid)
+  # A test skipped or failed early used little CPU: not one to compare (tests/suite_cpu.py),
+  # nor one marked `alone`, whose CPU follows the hour more than the code there.
+  if report.when == "call" and report.passed:
+    _PASSED.add(report.nodeid)
+  elif not report.passed:
+    _NOT_PASSED.add(report.nodeid)
 
 
 def pytest_addoption(parser):
@@ -141,7 +153,9 @@ def pytest_terminal_summary(terminalreporter, config):
     with open(config.getoption("cpu_lines"), "a", encoding="utf-8") as lines:
       for nodeid, seconds in _CPU_BY_TEST.items():
         lines.write(json.dumps({"test": nodeid, "cpu_seconds": round(seconds, 2),
-                                "tensorflow": tf.__version__}) + "\n")
+                                "passed": nodeid in _PASSED and nodeid not in _NOT_PASSED,
+                                "alone": nodeid in _ALONE,
+                                "virtualenv": _VIRTUALENV, "tensorflow": tf.__version__}) + "\n")
   heaviest = sorted(_CPU_BY_TEST.items(), key=lambda item: -item[1])[:CPU_REPORT_LENGTH]
   terminalreporter.section(f"most CPU: {CPU_REPORT_LENGTH} tests and files, with the processes "
                            "they waited for")
@@ -160,11 +174,7 @@ def pytest_terminal_summary(terminalreporter, config):
   # machine's, which `make test` prints per phase, and not here (docs/suite-time-cpu.md).
   terminalreporter.write_line("(not counted: tasks that Ray's and SLURM's daemons start)")
   # The hour's speed against a reference run, and the tests a change made heavier.
-  reference = suite_cpu.load()
-  if reference and reference["tensorflow"] != tf.__version__:
-    terminalreporter.write_line(f"(the reference run's CPU is of TensorFlow {reference['tensorflow']}, "
-                                f"this run's of {tf.__version__}: not compared)")
-  elif reference:
-    comparison = suite_cpu.compare(_CPU_BY_TEST, reference["cpu_seconds"])
-    for line in suite_cpu.report(comparison, reference) if comparison else ():
-      terminalreporter.write_line(line)
+  passed = {nodeid: seconds for nodeid, seconds in _CPU_BY_TEST.items()
+            if nodeid in _PASSED and nodeid not in _NOT_PASSED and nodeid not in _ALONE}
+  for line in suite_cpu.summary(passed, tensorflow=tf.__version__, virtualenv=_VIRTUALENV):
+    terminalreporter.write_line(line)
