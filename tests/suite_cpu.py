@@ -113,8 +113,8 @@ def summary(now: Mapping[str, float], *, tensorflow: str, virtualenv: str,
             f"on {tensorflow}: not compared)"]
   comparison = compare(now, seconds)
   if comparison is None:
-    return [f"(fewer than {MIN_TESTS} of the tests that passed used {FLOOR_SECONDS:g} s of CPU "
-            "or more in the reference run: not compared)"]
+    return [f"(fewer than {MIN_TESTS} tests that passed here, not marked `alone`, used "
+            f"{FLOOR_SECONDS:g} s of CPU or more in the reference run: not compared)"]
   return report(comparison, {"date": date, "commit": commit})
 
 

@@ -91,8 +91,8 @@ def test_another_virtualenv_tensorflow_or_too_few_tests_say_why_they_are_not_com
   assert "not compared" in suite_cpu.summary(now, tensorflow="2.21.0", virtualenv=".venv-cpu",
                                              path=path)[0]
   assert suite_cpu.summary({"t0": 1.0}, tensorflow="2.21.0", virtualenv=".venv", path=path) == [
-      f"(fewer than {suite_cpu.MIN_TESTS} of the tests that passed used 2 s of CPU or more in "
-      "the reference run: not compared)"]
+      f"(fewer than {suite_cpu.MIN_TESTS} tests that passed here, not marked `alone`, used 2 s of "
+      "CPU or more in the reference run: not compared)"]
 
 
 @pytest.mark.parametrize("content", ["{not json", json.dumps({"date": "d"}),
