@@ -1,10 +1,13 @@
 """Writes tests/suite_cpu_reference.json from a whole run's `pytest --cpu-lines` file.
 
-    git clone /work/main /tmp/ciN && cd /tmp/ciN
-    CI=true PYTEST_ADDOPTS=--cpu-lines=/tmp/ciN.jsonl bash .ci/run
-    .venv/bin/python benchmarks/suite_cpu_reference.py /tmp/ciN.jsonl \\
+    clone=$(mktemp -d) && git clone . "$clone" && cd "$clone"
+    CI=true PYTEST_ADDOPTS="--cpu-lines=$clone/cpu.jsonl" bash .ci/run
+    .venv/bin/python benchmarks/suite_cpu_reference.py "$clone/cpu.jsonl" \\
         --date="2026-11-30 21:27 UTC" --commit=7e97537 \\
         --machine="the 2-vCPU Intel Xeon VM with AVX-512" > tests/suite_cpu_reference.json
+
+(A folder of `mktemp -d` is the user's alone: no other user can put a file of lines there
+first, or a link where pytest appends them.)
 
 Keeps the lines of one virtualenv (`--virtualenv`, the test virtualenv `.venv` by default:
 `make test`'s first and second phases, not the version checks' stacks), and of those the
@@ -13,12 +16,14 @@ suite does with it.
 """
 
 import json
+import os
 import sys
 
 from absl import app
 from absl import flags
 
-sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/tests")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests"))
 import suite_cpu  # pylint: disable=wrong-import-position
 
 _DATE = flags.DEFINE_string("date", None, "When the run began, e.g. '2026-11-30 21:27 UTC'.",

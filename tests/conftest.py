@@ -149,11 +149,12 @@ def pytest_terminal_summary(terminalreporter, config):
   # xdist's workers report to their controller, which prints and writes for them all.
   if not _CPU_BY_TEST or hasattr(config, "workerinput"):
     return
+  passed = _PASSED - _NOT_PASSED
   if config.getoption("cpu_lines"):
     with open(config.getoption("cpu_lines"), "a", encoding="utf-8") as lines:
       for nodeid, seconds in _CPU_BY_TEST.items():
         lines.write(json.dumps({"test": nodeid, "cpu_seconds": round(seconds, 2),
-                                "passed": nodeid in _PASSED and nodeid not in _NOT_PASSED,
+                                "passed": nodeid in passed,
                                 "alone": nodeid in _ALONE,
                                 "virtualenv": _VIRTUALENV, "tensorflow": tf.__version__}) + "\n")
   heaviest = sorted(_CPU_BY_TEST.items(), key=lambda item: -item[1])[:CPU_REPORT_LENGTH]
@@ -174,7 +175,7 @@ def pytest_terminal_summary(terminalreporter, config):
   # machine's, which `make test` prints per phase, and not here (docs/suite-time-cpu.md).
   terminalreporter.write_line("(not counted: tasks that Ray's and SLURM's daemons start)")
   # The hour's speed against a reference run, and the tests a change made heavier.
-  passed = {nodeid: seconds for nodeid, seconds in _CPU_BY_TEST.items()
-            if nodeid in _PASSED and nodeid not in _NOT_PASSED and nodeid not in _ALONE}
-  for line in suite_cpu.summary(passed, tensorflow=tf.__version__, virtualenv=_VIRTUALENV):
+  comparable = passed - _ALONE
+  compared = {nodeid: seconds for nodeid, seconds in _CPU_BY_TEST.items() if nodeid in comparable}
+  for line in suite_cpu.summary(compared, tensorflow=tf.__version__, virtualenv=_VIRTUALENV):
     terminalreporter.write_line(line)

@@ -71,9 +71,9 @@ def compare(now: Mapping[str, float], reference: Mapping[str, float], *,
   return Comparison(ratio=ratio, tests=len(common), heavier=heavier[:count])
 
 
-def report(comparison: Comparison, reference: Mapping[str, object]) -> List[str]:
-  """The lines that say it, for pytest's terminal summary."""
-  lines = [f"against the reference run ({reference['date']}, {reference['commit']}, "
+def report(comparison: Comparison, date: str, commit: str) -> List[str]:
+  """The lines that say it, for pytest's terminal summary: the reference ran at `date`, `commit`."""
+  lines = [f"against the reference run ({date}, {commit}, "
            f"tests/suite_cpu_reference.json): the {comparison.tests} tests that used "
            f"{FLOOR_SECONDS:g} s of CPU or more there used a median {comparison.ratio:.2f} times "
            "as much here:",
@@ -115,7 +115,7 @@ def summary(now: Mapping[str, float], *, tensorflow: str, virtualenv: str,
   if comparison is None:
     return [f"(fewer than {MIN_TESTS} tests that passed here, not marked `alone`, used "
             f"{FLOOR_SECONDS:g} s of CPU or more in the reference run: not compared)"]
-  return report(comparison, {"date": date, "commit": commit})
+  return report(comparison, date, commit)
 
 
 def reference_from_lines(lines_path: str, virtualenv: str) -> Tuple[Optional[str], Dict[str, float]]:
