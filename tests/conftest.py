@@ -5,7 +5,9 @@ import importlib
 import json
 import logging
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 import tensorflow as tf
@@ -19,6 +21,27 @@ _SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
 if _SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
   os.environ["PYTHONPATH"] = os.pathsep.join(
       p for p in (_SITE, os.environ.get("PYTHONPATH")) if p)
+
+# The temporary files of every process the suite starts go to one folder, removed when the run
+# passes (kept, and named, when it fails): a process a test kills cannot remove its own
+# (TensorFlow's autograph sources go at exit only) and Ray keeps its session logs, so each CI
+# run left about 150 files, a few checkpoints and a 10 MB Ray session in /tmp. This process
+# keeps the machine's, and so does pytest's tmp_path, which xdist's workers take from it.
+SUITE_TMPDIR = "TFDIST_SUITE_TMPDIR"
+_MADE_TMPDIR = None
+if SUITE_TMPDIR not in os.environ:  # Not in xdist's workers, which inherit the controller's.
+  tempfile.gettempdir()
+  _MADE_TMPDIR = tempfile.mkdtemp(prefix="tfdist-suite-")
+  os.environ[SUITE_TMPDIR] = os.environ["TMPDIR"] = _MADE_TMPDIR
+
+
+def end_suite_tmpdir(folder, passed: bool):
+  """Removes the suite's temporary folder if the run passed; else says where it is."""
+  if passed:
+    shutil.rmtree(folder, ignore_errors=True)
+    return None
+  return f"the temporary files of the processes the suite started are kept in {folder}"
+
 
 # Must run before the TF runtime starts; nothing before this line may run an op.
 tfdist.devices.split_physical_device(2)
@@ -146,6 +169,8 @@ def pytest_addoption(parser):
 
 
 def pytest_terminal_summary(terminalreporter, config):
+  if _TMPDIR_KEPT in config.stash:
+    terminalreporter.write_line(config.stash[_TMPDIR_KEPT])
   # xdist's workers report to their controller, which prints and writes for them all.
   if not _CPU_BY_TEST or hasattr(config, "workerinput"):
     return
@@ -179,3 +204,14 @@ def pytest_terminal_summary(terminalreporter, config):
   compared = {nodeid: seconds for nodeid, seconds in _CPU_BY_TEST.items() if nodeid in comparable}
   for line in suite_cpu.summary(compared, tensorflow=tf.__version__, virtualenv=_VIRTUALENV):
     terminalreporter.write_line(line)
+
+
+_TMPDIR_KEPT = pytest.StashKey[str]()
+
+
+def pytest_sessionfinish(session, exitstatus):
+  # Before the terminal summary, which says where a failed run's files are.
+  if _MADE_TMPDIR is not None:
+    kept = end_suite_tmpdir(_MADE_TMPDIR, passed=exitstatus == 0)
+    if kept:
+      session.config.stash[_TMPDIR_KEPT] = kept

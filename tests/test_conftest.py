@@ -1,9 +1,13 @@
-"""tests/conftest.py: after each test its garbage is collected and what outlives it frozen."""
+"""tests/conftest.py: after each test its garbage is collected and what outlives it frozen, and
+the processes the suite starts keep their temporary files in a folder of its own."""
 
 import gc
+import os
+import sys
 import weakref
 
 import conftest
+import helpers
 
 
 class _Node:
@@ -23,3 +27,25 @@ def test_a_tests_cycles_are_collected_and_what_outlives_the_test_is_frozen():
   # Frozen: later collections, which walk gc.get_objects(), skip it.
   assert not any(o is kept for o in gc.get_objects())
   assert gc.get_freeze_count() > frozen_before
+
+
+def test_the_processes_a_test_starts_write_their_temporary_files_into_the_suites_folder(tmp_path):
+  folder = os.environ[conftest.SUITE_TMPDIR]
+  result = helpers.run([sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"],
+                       timeout=60)
+  assert result.returncode == 0, result.stdout
+  assert result.stdout.strip() == folder
+  assert os.path.basename(folder).startswith("tfdist-suite-") and os.path.isdir(folder)
+  # pytest's own folders stay outside it: they outlive the run.
+  assert not str(tmp_path).startswith(folder + os.sep)
+
+
+def test_the_suites_folder_goes_when_the_run_passes_and_is_named_when_it_fails(tmp_path):
+  folder = tmp_path / "tfdist-suite-x"
+  (folder / "ray").mkdir(parents=True)
+  (folder / "__autograph_generated_file1.py").write_text("")
+  kept = conftest.end_suite_tmpdir(str(folder), passed=False)
+  assert kept == f"the temporary files of the processes the suite started are kept in {folder}"
+  assert (folder / "__autograph_generated_file1.py").exists()
+  assert conftest.end_suite_tmpdir(str(folder), passed=True) is None
+  assert not folder.exists()
