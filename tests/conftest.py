@@ -125,9 +125,51 @@ def garbage_collected():
 # the processes it started and waited for, not its wall time under the others' load.
 CPU_REPORT_LENGTH = 20
 _CPU_START = pytest.StashKey[float]()
-_CPU_BY_TEST = {}
-_PASSED, _NOT_PASSED, _ALONE = set(), set(), set()
 _VIRTUALENV = os.path.basename(sys.prefix)
+
+
+class CpuCounts:
+  """Each test's CPU seconds, whether it passed and whether it is marked `alone`, from the
+  reports of its three phases (xdist's workers send theirs to the controller)."""
+
+  def __init__(self):
+    self.seconds = {}
+    self.alone = set()
+    self._passed, self._not_passed = set(), set()
+
+  def log(self, report) -> None:
+    for name, value in report.user_properties:
+      if name == "cpu_seconds":
+        self.seconds[report.nodeid] = value
+      elif name == "alone" and value:
+        self.alone.add(report.nodeid)
+    # A test skipped or failed early used little CPU: not one to compare (tests/suite_cpu.py),
+    # nor one marked `alone`, whose CPU follows the hour more than the code there.
+    if report.when == "call" and report.passed:
+      self._passed.add(report.nodeid)
+    elif not report.passed:
+      self._not_passed.add(report.nodeid)
+
+  @property
+  def passed(self) -> set:
+    """The tests whose call passed and whose set-up and teardown did not fail."""
+    return self._passed - self._not_passed
+
+  def comparable(self) -> dict:
+    """CPU seconds of the tests a reference run can be compared on: passed, not `alone`."""
+    kept = self.passed - self.alone
+    return {nodeid: seconds for nodeid, seconds in self.seconds.items() if nodeid in kept}
+
+  def lines(self, virtualenv: str, tensorflow: str) -> list:
+    """One JSON line per test, as `--cpu-lines` writes them."""
+    passed = self.passed
+    return [json.dumps({"test": nodeid, "cpu_seconds": round(seconds, 2),
+                        "passed": nodeid in passed, "alone": nodeid in self.alone,
+                        "virtualenv": virtualenv, "tensorflow": tensorflow})
+            for nodeid, seconds in self.seconds.items()]
+
+
+_CPU = CpuCounts()
 
 
 def _cpu_seconds():
@@ -150,17 +192,7 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_runtest_logreport(report):
-  for name, value in report.user_properties:
-    if name == "cpu_seconds":
-      _CPU_BY_TEST[report.nodeid] = value
-    elif name == "alone" and value:
-      _ALONE.add(report.nodeid)
-  # A test skipped or failed early used little CPU: not one to compare (tests/suite_cpu.py),
-  # nor one marked `alone`, whose CPU follows the hour more than the code there.
-  if report.when == "call" and report.passed:
-    _PASSED.add(report.nodeid)
-  elif not report.passed:
-    _NOT_PASSED.add(report.nodeid)
+  _CPU.log(report)
 
 
 def pytest_addoption(parser):
@@ -172,37 +204,32 @@ def pytest_terminal_summary(terminalreporter, config):
   if _TMPDIR_KEPT in config.stash:
     terminalreporter.write_line(config.stash[_TMPDIR_KEPT])
   # xdist's workers report to their controller, which prints and writes for them all.
-  if not _CPU_BY_TEST or hasattr(config, "workerinput"):
+  if not _CPU.seconds or hasattr(config, "workerinput"):
     return
-  passed = _PASSED - _NOT_PASSED
   if config.getoption("cpu_lines"):
     with open(config.getoption("cpu_lines"), "a", encoding="utf-8") as lines:
-      for nodeid, seconds in _CPU_BY_TEST.items():
-        lines.write(json.dumps({"test": nodeid, "cpu_seconds": round(seconds, 2),
-                                "passed": nodeid in passed,
-                                "alone": nodeid in _ALONE,
-                                "virtualenv": _VIRTUALENV, "tensorflow": tf.__version__}) + "\n")
-  heaviest = sorted(_CPU_BY_TEST.items(), key=lambda item: -item[1])[:CPU_REPORT_LENGTH]
+      for line in _CPU.lines(_VIRTUALENV, tf.__version__):
+        lines.write(line + "\n")
+  heaviest = sorted(_CPU.seconds.items(), key=lambda item: -item[1])[:CPU_REPORT_LENGTH]
   terminalreporter.section(f"most CPU: {CPU_REPORT_LENGTH} tests and files, with the processes "
                            "they waited for")
   for nodeid, seconds in heaviest:
     terminalreporter.write_line(f"{seconds:8.1f}s cpu  {nodeid}")
   by_file = {}
-  for nodeid, seconds in _CPU_BY_TEST.items():
+  for nodeid, seconds in _CPU.seconds.items():
     path = nodeid.split("::")[0]
     by_file[path] = by_file.get(path, 0.0) + seconds
   terminalreporter.write_line("by file:")
   for path, seconds in sorted(by_file.items(), key=lambda item: -item[1])[:CPU_REPORT_LENGTH]:
     terminalreporter.write_line(f"{seconds:8.1f}s cpu  {path}")
-  terminalreporter.write_line(f"{sum(_CPU_BY_TEST.values()):8.1f}s cpu  in all, "
-                              f"{len(_CPU_BY_TEST)} tests")
+  terminalreporter.write_line(f"{sum(_CPU.seconds.values()):8.1f}s cpu  in all, "
+                              f"{len(_CPU.seconds)} tests")
   # A Ray actor's or a SLURM step's task is no child of the test: its CPU is in the
   # machine's, which `make test` prints per phase, and not here (docs/suite-time-cpu.md).
   terminalreporter.write_line("(not counted: tasks that Ray's and SLURM's daemons start)")
   # The hour's speed against a reference run, and the tests a change made heavier.
-  comparable = passed - _ALONE
-  compared = {nodeid: seconds for nodeid, seconds in _CPU_BY_TEST.items() if nodeid in comparable}
-  for line in suite_cpu.summary(compared, tensorflow=tf.__version__, virtualenv=_VIRTUALENV):
+  for line in suite_cpu.summary(_CPU.comparable(), tensorflow=tf.__version__,
+                                virtualenv=_VIRTUALENV):
     terminalreporter.write_line(line)
 
 

@@ -2,9 +2,12 @@
 the processes the suite starts keep their temporary files in a folder of its own."""
 
 import gc
+import json
 import os
 import sys
 import weakref
+
+import pytest
 
 import conftest
 import helpers
@@ -49,3 +52,35 @@ def test_the_suites_folder_goes_when_the_run_passes_and_is_named_when_it_fails(t
   assert (folder / "__autograph_generated_file1.py").exists()
   assert conftest.end_suite_tmpdir(str(folder), passed=True) is None
   assert not folder.exists()
+
+
+def _reports(nodeid, phases, seconds, alone=False):
+  """A test's reports as pytest makes them, `phases` (when, outcome) in order; the teardown's
+  carries the CPU seconds and the `alone` mark (conftest's pytest_runtest_makereport)."""
+  return [pytest.TestReport(nodeid, ("t.py", 1, nodeid), {}, outcome, None, when,
+                            user_properties=[("cpu_seconds", seconds), ("alone", alone)]
+                            if when == "teardown" else [])
+          for when, outcome in phases]
+
+
+def test_each_tests_cpu_line_says_whether_it_passed_and_whether_it_is_marked_alone():
+  counts = conftest.CpuCounts()
+  tests = {
+      "t.py::passes": [("setup", "passed"), ("call", "passed"), ("teardown", "passed")],
+      "t.py::fails": [("setup", "passed"), ("call", "failed"), ("teardown", "passed")],
+      "t.py::fails_in_teardown": [("setup", "passed"), ("call", "passed"),
+                                  ("teardown", "failed")],
+      "t.py::skipped": [("setup", "skipped"), ("teardown", "passed")],  # No call report.
+      "t.py::alone": [("setup", "passed"), ("call", "passed"), ("teardown", "passed")]}
+  for nodeid, phases in tests.items():
+    for report in _reports(nodeid, phases, 2.5, alone=nodeid == "t.py::alone"):
+      counts.log(report)
+  lines = [json.loads(line) for line in counts.lines(".venv", "2.21.0")]
+  assert {(line["test"], line["passed"], line["alone"]) for line in lines} == {
+      ("t.py::passes", True, False), ("t.py::fails", False, False),
+      ("t.py::fails_in_teardown", False, False), ("t.py::skipped", False, False),
+      ("t.py::alone", True, True)}
+  assert {line["cpu_seconds"] for line in lines} == {2.5}
+  assert {(line["virtualenv"], line["tensorflow"]) for line in lines} == {(".venv", "2.21.0")}
+  # Only a passed test not marked `alone` is compared with the reference run.
+  assert counts.comparable() == {"t.py::passes": 2.5}
