@@ -25,7 +25,7 @@ if _SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 # The temporary files of every process the suite starts go to one folder, removed when the run
 # passes (kept, and named, when it fails): a process a test kills cannot remove its own
 # (TensorFlow's autograph sources go at exit only) and Ray keeps its session logs, so each CI
-# run left about 150 files, a few checkpoints and a 10 MB Ray session in /tmp. This process
+# run left about 150 files, a few checkpoint folders and a Ray session's logs in /tmp. This process
 # keeps the machine's, and so does pytest's tmp_path, which xdist's workers take from it.
 SUITE_TMPDIR = "TFDIST_SUITE_TMPDIR"
 _MADE_TMPDIR = None
