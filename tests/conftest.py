@@ -23,24 +23,44 @@ if _SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
       p for p in (_SITE, os.environ.get("PYTHONPATH")) if p)
 
 # The temporary files of every process the suite starts go to one folder, removed when the run
-# passes (kept, and named, when it fails): a process a test kills cannot remove its own
+# ends unless it failed (then kept, and named): a process a test kills cannot remove its own
 # (TensorFlow's autograph sources go at exit only) and Ray keeps its session logs, so each CI
-# run left about 150 files, a few checkpoint folders and a Ray session's logs in /tmp. This process
-# keeps the machine's, and so does pytest's tmp_path, which xdist's workers take from it.
+# run left about 150 files, a few checkpoint folders and a Ray session's logs in /tmp.
 SUITE_TMPDIR = "TFDIST_SUITE_TMPDIR"
-_MADE_TMPDIR = None
-if SUITE_TMPDIR not in os.environ:  # Not in xdist's workers, which inherit the controller's.
-  tempfile.gettempdir()
-  _MADE_TMPDIR = tempfile.mkdtemp(prefix="tfdist-suite-")
-  os.environ[SUITE_TMPDIR] = os.environ["TMPDIR"] = _MADE_TMPDIR
+# Ray's sockets are in its session folder under its temporary directory, and a Unix socket's
+# path is at most 107 bytes: the longest Ray makes there, past the directory.
+RAY_SOCKET_TAIL = len("/ray/session_2026-12-01_01-21-04_123456_4194304/sockets/plasma_store.10")
+_UNIX_PATH_MAX = 107
+_made_tmpdir = None  # The folder, in the process that made it.
+_TMPDIR_KEPT = pytest.StashKey[str]()
 
 
-def end_suite_tmpdir(folder, passed: bool):
-  """Removes the suite's temporary folder if the run passed; else says where it is."""
-  if passed:
-    shutil.rmtree(folder, ignore_errors=True)
-    return None
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+  # Before xdist starts its workers (at the session's start): they and every process a test
+  # starts inherit it. Python's tempfile in this process keeps the machine's, and so does
+  # pytest's tmp_path, which xdist's workers take from this process.
+  global _made_tmpdir
+  if os.environ.get(SUITE_TMPDIR):  # An xdist worker: the controller made it.
+    return
+  machines = tempfile.gettempdir()
+  _made_tmpdir = tempfile.mkdtemp(prefix="tfd-")
+  os.environ[SUITE_TMPDIR] = os.environ["TMPDIR"] = _made_tmpdir
+  if len(_made_tmpdir) + RAY_SOCKET_TAIL > _UNIX_PATH_MAX:
+    os.environ.setdefault("RAY_TMPDIR", machines)  # Ray's as before, rather than no Ray.
+
+
+def kept_line(folder: str) -> str:
   return f"the temporary files of the processes the suite started are kept in {folder}"
+
+
+def remove_suite_tmpdir(folder: str):
+  """Removes the suite's temporary folder; says so if some of it is left (None: all gone)."""
+  shutil.rmtree(folder, ignore_errors=True)
+  if os.path.exists(folder):
+    return (f"the suite's temporary folder {folder} is not removed whole (a process the suite "
+            "started may still write there)")
+  return None
 
 
 # Must run before the TF runtime starts; nothing before this line may run an op.
@@ -233,12 +253,18 @@ def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.write_line(line)
 
 
-_TMPDIR_KEPT = pytest.StashKey[str]()
-
-
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
-  # Before the terminal summary, which says where a failed run's files are.
-  if _MADE_TMPDIR is not None:
-    kept = end_suite_tmpdir(_MADE_TMPDIR, passed=exitstatus == 0)
-    if kept:
-      session.config.stash[_TMPDIR_KEPT] = kept
+  # A failed run keeps its folder, named in the terminal summary that follows (after xdist's
+  # workers have ended: its own sessionfinish, which waits for them, runs before this one).
+  if _made_tmpdir is not None and exitstatus in (
+      pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR):
+    session.config.stash[_TMPDIR_KEPT] = kept_line(_made_tmpdir)
+
+
+def pytest_unconfigure(config):
+  # Also after a run that never began its session (--markers, a usage error).
+  if _made_tmpdir is not None and _TMPDIR_KEPT not in config.stash:
+    left = remove_suite_tmpdir(_made_tmpdir)
+    if left:
+      sys.stderr.write(left + "\n")

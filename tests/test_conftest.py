@@ -4,6 +4,7 @@ the processes the suite starts keep their temporary files in a folder of its own
 import gc
 import json
 import os
+import subprocess
 import sys
 import weakref
 
@@ -38,20 +39,63 @@ def test_the_processes_a_test_starts_write_their_temporary_files_into_the_suites
                        timeout=60)
   assert result.returncode == 0, result.stdout
   assert result.stdout.strip() == folder
-  assert os.path.basename(folder).startswith("tfdist-suite-") and os.path.isdir(folder)
+  assert os.path.basename(folder).startswith("tfd-") and os.path.isdir(folder)
   # pytest's own folders stay outside it: they outlive the run.
   assert not str(tmp_path).startswith(folder + os.sep)
 
 
-def test_the_suites_folder_goes_when_the_run_passes_and_is_named_when_it_fails(tmp_path):
-  folder = tmp_path / "tfdist-suite-x"
+def test_the_suites_folder_is_removed_and_says_what_it_could_not_remove(tmp_path):
+  folder = tmp_path / "tfd-x"
   (folder / "ray").mkdir(parents=True)
   (folder / "__autograph_generated_file1.py").write_text("")
-  kept = conftest.end_suite_tmpdir(str(folder), passed=False)
-  assert kept == f"the temporary files of the processes the suite started are kept in {folder}"
-  assert (folder / "__autograph_generated_file1.py").exists()
-  assert conftest.end_suite_tmpdir(str(folder), passed=True) is None
+  assert conftest.remove_suite_tmpdir(str(folder)) is None
   assert not folder.exists()
+  # A file that cannot be removed: immutable (chattr +i) for root, in a read-only folder else.
+  locked = tmp_path / "locked"
+  (locked / "inner").mkdir(parents=True)
+  stuck = locked / "inner" / "file"
+  stuck.write_text("")
+  if os.geteuid() == 0:
+    lock, unlock = ["chattr", "+i", str(stuck)], ["chattr", "-i", str(stuck)]
+  else:
+    lock, unlock = ["chmod", "500", str(stuck.parent)], ["chmod", "700", str(stuck.parent)]
+  if subprocess.run(lock, capture_output=True, timeout=30).returncode != 0:
+    pytest.skip(f"{lock[0]} cannot lock a file here")
+  try:
+    left = conftest.remove_suite_tmpdir(str(locked))
+  finally:
+    subprocess.run(unlock, capture_output=True, timeout=30, check=True)
+  assert left == (f"the suite's temporary folder {locked} is not removed whole (a process the "
+                  "suite started may still write there)")
+
+
+SUITE_RUN = """
+def test_one():
+  assert OUTCOME
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("outcome", ["True", "False"])
+def test_a_run_removes_its_folder_when_it_passes_and_keeps_and_names_it_when_it_fails(
+    outcome, tmp_path):
+  (tmp_path / "test_run.py").write_text(SUITE_RUN.replace("OUTCOME", outcome))
+  machines = tmp_path / "tmp"
+  machines.mkdir()
+  tests = os.path.dirname(os.path.abspath(__file__))
+  env = {conftest.SUITE_TMPDIR: "", "TMPDIR": str(machines),  # As a run of its own.
+         "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
+  result = helpers.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-p", "conftest", "--rootdir", str(tmp_path), str(tmp_path)],
+                       timeout=300, env=env)
+  left = [p.name for p in machines.iterdir() if p.name.startswith("tfd-")]
+  if outcome == "True":
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert left == [] and "kept in" not in result.stdout
+  else:
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert len(left) == 1, left
+    assert conftest.kept_line(str(machines / left[0])) in result.stdout
 
 
 def _reports(nodeid, phases, seconds, alone=False):
