@@ -83,7 +83,8 @@ def test_a_run_removes_its_folder_when_it_passes_and_keeps_and_names_it_when_it_
   machines = tmp_path / "tmp"
   machines.mkdir()
   tests = os.path.dirname(os.path.abspath(__file__))
-  env = {conftest.SUITE_TMPDIR: "", "TMPDIR": str(machines),  # As a run of its own.
+  env = {conftest.SUITE_TMPDIR: "", "TMPDIR": str(machines),  # As a run of its own,
+         "PYTEST_ADDOPTS": "",  # not writing into this run's --cpu-lines.
          "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
   result = helpers.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         "-p", "conftest", "--rootdir", str(tmp_path), str(tmp_path)],
