@@ -150,6 +150,16 @@ def tfdist_cli(*args: str) -> list:
   return [sys.executable, "-m", "tfdist", *args]
 
 
+def without_tf_keras() -> dict:
+  """The environment of a process (and its children) in which tf_keras is not installed.
+
+  Keras 3 alone, as TensorFlow 2.16 and later install it: tests/site_without_tf_keras, after
+  tests/site (whose sitecustomize hands over to it) on PYTHONPATH.
+  """
+  site = os.path.join(REPO, "tests", "site_without_tf_keras")
+  return {"PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), site) if p)}
+
+
 def launched_results(script: str, *args: str, workers: int = 2, launch_flags: Sequence[str] = (),
                      timeout: float = 300) -> list:
   """Runs `script` once per worker under `tfdist launch`; its RESULT lines as (worker, JSON)."""

@@ -1,6 +1,8 @@
 """tfdist._keras_support: the Keras x strategy matrix, asserted both ways."""
 
+import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -186,3 +188,67 @@ def test_each_cell_that_rests_on_a_patch_is_in_the_matrix_and_names_a_gated_patc
   from tfdist.internals import keras as keras_internals
   assert set(support.RESTS_ON_PATCH) <= set(support.SUPPORT), support.RESTS_ON_PATCH
   assert set(support.RESTS_ON_PATCH.values()) <= set(keras_internals.GATES)
+
+
+# Keras 3 alone: TensorFlow 2.16 and later install Keras 3 and no tf_keras, so an image's
+# TensorFlow often comes without it (docs/get-started/install.md).
+
+def test_without_tf_keras_the_default_is_keras3_and_what_needs_it_says_what_to_install(
+    monkeypatch):
+  import keras
+  from tfdist.task import _keras as task_keras
+  monkeypatch.delenv(keras_support.LEGACY_KERAS_ENV, raising=False)
+  # Installed: tf_keras is the default, and tfdist's callbacks derive from its Callback.
+  import tf_keras
+  assert keras_support.tf_keras_installed() and keras_support.default_keras() == "tf_keras"
+  assert keras_support.callback_base() is tf_keras.callbacks.Callback
+  assert keras_support.tf_keras_base("callbacks.BackupAndRestore", "X") is \
+      tf_keras.callbacks.BackupAndRestore
+  monkeypatch.setitem(sys.modules, "tf_keras", None)  # Python's own block of an import.
+  assert not keras_support.tf_keras_installed() and keras_support.optional_tf_keras() is None
+  assert keras_support.default_keras() == "keras3"
+  # A launch's tasks: `tf.keras` stays Keras 3, as TensorFlow makes it; a choice still wins.
+  assert task_keras.variables()[keras_support.LEGACY_KERAS_ENV] == "0"
+  monkeypatch.setenv(keras_support.LEGACY_KERAS_ENV, "1")
+  assert task_keras.resolve() == "tf_keras"
+  assert keras_support.callback_base() is keras.callbacks.Callback
+  fix = (r"needs tf_keras, which is not installed\. Install the one of your TensorFlow's minor "
+         r"version: pip install 'tf-keras==2\.\d+\.\*' .* or use Keras 3 .* Received: no "
+         r"module named 'tf_keras'$")
+  for use, what in [(lambda: keras_support.require_tf_keras("compress_gradients"),
+                     "compress_gradients"),
+                    (keras_support.tf_keras_base("callbacks.BackupAndRestore", "Its backup"),
+                     "Its backup"),
+                    (lambda: keras_support.keras_module("tf_keras"), "tfdist.keras")]:
+    with pytest.raises(keras_support.TfKerasNotInstalled, match=f"^{what} " +
+                       ("is tf_keras, which" + fix.split(", which", 1)[1]
+                        if what == "tfdist.keras" else fix)) as raised:
+      use()
+    assert isinstance(raised.value, ModuleNotFoundError) and raised.value.name == "tf_keras"
+
+
+@pytest.mark.slow
+def test_a_keras3_job_runs_without_tf_keras_and_only_tf_keras_parts_name_the_fix():
+  # Before: tfdist.training.checkpoints (and so tfdist.export and `tfdist train`) imported
+  # tf_keras at the top, and a Keras 3 user's job failed with "No module named 'tf_keras'".
+  result = helpers.run(helpers.python(f"{helpers.SCRIPTS}/keras3_alone.py"), timeout=240,
+                       env=helpers.without_tf_keras())
+  assert result.returncode == 0, result.stdout[-3000:]
+  (line,) = [l for l in result.stdout.splitlines() if l.startswith("RESULT ")]
+  out = json.loads(line[len("RESULT "):])
+  assert not out["tf_keras_loaded"]
+  assert out["losses"][1] < out["losses"][0] and out["loop_losses"][-1] < out["losses"][0]
+  assert out["saved"].endswith("model.keras") and out["exported"].endswith(f"export{os.sep}1")
+  errors = out["errors"]
+  assert set(errors) == {"tfdist.keras", "tfdist.placement", "sparsification",
+                         "compress_gradients", "BackupAndRestore"}, errors
+  for name, what in [("tfdist.keras", "tfdist.keras is tf_keras"),
+                     ("tfdist.placement", "tfdist.placement needs tf_keras"),
+                     ("sparsification", "tfdist.training.sparsification needs tf_keras"),
+                     ("compress_gradients", "compress_gradients needs tf_keras"),
+                     ("BackupAndRestore",
+                      "tfdist.training.checkpoints.BackupAndRestore needs tf_keras")]:
+    kind, module, message = errors[name]
+    assert (kind, module) == ("TfKerasNotInstalled", "tf_keras"), errors[name]
+    assert message.startswith(f"{what}, which is not installed. Install the one of your "
+                              "TensorFlow's minor version: pip install 'tf-keras=="), message

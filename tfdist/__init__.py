@@ -68,8 +68,13 @@ def __getattr__(name):
   except ModuleNotFoundError as e:
     if e.name not in ("tensorflow", "tf_keras"):
       raise
-    from tfdist import _stack  # pylint: disable=import-outside-toplevel
     # TensorFlow is the user's (setup.cfg): name what to install, not only what is missing.
+    if e.name == "tf_keras":  # Keras 3 alone: only what needs tf_keras says so.
+      from tfdist import _keras_support  # pylint: disable=import-outside-toplevel
+      if isinstance(e, _keras_support.TfKerasNotInstalled):
+        raise
+      raise _keras_support.tf_keras_missing("" if name == "keras" else f"tfdist.{name}") from e
+    from tfdist import _stack  # pylint: disable=import-outside-toplevel
     raise ModuleNotFoundError(_stack.missing(e.name), name=e.name) from e
   if attribute is not None:
     value = getattr(value, attribute)

@@ -17,6 +17,7 @@ import warnings
 from typing import Callable, Optional
 
 from tfdist import _choices as choices
+from tfdist import _stack
 from tfdist.internals import tensorflow as tf_internals
 
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
@@ -140,11 +141,102 @@ def tf_keras_flavour() -> Optional[str]:
 
 
 def keras_module(flavour: str):
-  """The package of `flavour`: `keras` for KERAS3, `tf_keras` for TF_KERAS."""
+  """The package of `flavour`: `keras` for KERAS3, `tf_keras` for TF_KERAS.
+
+  Raises:
+    ValueError: `flavour` is neither.
+    ModuleNotFoundError: tf_keras is not installed, with what to install.
+  """
   if flavour not in (KERAS3, TF_KERAS):
     raise ValueError(f"The Keras must be {KERAS3!r} or {TF_KERAS!r}. Received: {flavour!r}")
-  import importlib  # Not at the top: importing tfdist must not load Keras.
-  return importlib.import_module("keras" if flavour == KERAS3 else "tf_keras")
+  if flavour == TF_KERAS:
+    return require_tf_keras()
+  import keras  # pylint: disable=import-outside-toplevel  Importing tfdist must not load Keras.
+  return keras
+
+
+# Keras 3 alone: TensorFlow 2.16 and later install Keras 3 but not tf_keras, so an image's
+# TensorFlow often comes without it (docs/get-started/install.md). tfdist then trains with
+# Keras 3; what only tf_keras has says what to install when it is used, not when imported.
+
+def default_keras() -> str:
+  """TF_KERAS where tf_keras is installed here, else KERAS3: what `tf.keras` is without a choice."""
+  return TF_KERAS if tf_keras_installed() else KERAS3
+
+
+def tf_keras_installed() -> bool:
+  """Whether tf_keras can be imported here (without importing it)."""
+  loaded = sys.modules.get("tf_keras", False)
+  if loaded is not False:
+    return loaded is not None  # None: its import is blocked, as Python documents.
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  return importlib.util.find_spec("tf_keras") is not None
+
+
+def optional_tf_keras():
+  """tf_keras, or None where it is not installed (Keras 3 alone)."""
+  try:
+    import tf_keras  # pylint: disable=import-outside-toplevel
+  except ModuleNotFoundError as e:
+    if e.name != "tf_keras":
+      raise  # tf_keras is there, and something it imports is not: not ours to hide.
+    return None
+  return tf_keras
+
+
+class TfKerasNotInstalled(ModuleNotFoundError):
+  """tf_keras is needed here and not installed; the message says what to install."""
+
+
+def tf_keras_missing(what: str = "") -> TfKerasNotInstalled:
+  """The error for using `what` (tf_keras-only) where tf_keras is not installed, with the fix."""
+  return TfKerasNotInstalled(_stack.missing(TF_KERAS, what), name=TF_KERAS)
+
+
+def require_tf_keras(what: str = ""):
+  """tf_keras; where it is not installed, `tf_keras_missing(what)` is raised."""
+  tf_keras = optional_tf_keras()
+  if tf_keras is None:
+    raise tf_keras_missing(what)
+  return tf_keras
+
+
+def callback_base():
+  """The Keras `Callback` class that tfdist's callbacks for both Kerases derive from.
+
+  tf_keras's where it is installed: both Kerases' `fit` take it. Keras 3's
+  otherwise, where only Keras 3 models can be fit.
+  """
+  tf_keras = optional_tf_keras()
+  if tf_keras is not None:
+    return tf_keras.callbacks.Callback
+  import keras  # pylint: disable=import-outside-toplevel
+  return keras.callbacks.Callback
+
+
+def tf_keras_base(name: str, what: str):
+  """The tf_keras class `name` ("callbacks.BackupAndRestore"), to derive a tf_keras-only class from.
+
+  Where tf_keras is not installed, a stand-in: making an instance of the class
+  derived from it raises `tf_keras_missing(what)`, and importing its module still works.
+  """
+  tf_keras = optional_tf_keras()
+  if tf_keras is None:
+    return type(f"NeedsTfKeras_{name.rsplit('.', 1)[-1]}", (_NeedsTfKeras,), {"_what": what})
+  value = tf_keras
+  for part in name.split("."):
+    value = getattr(value, part)
+  return value
+
+
+class _NeedsTfKeras:
+  """Stands in for a tf_keras base class where tf_keras is not installed."""
+
+  _what = ""
+
+  def __init__(self, *args, **kwargs):
+    del args, kwargs
+    raise tf_keras_missing(self._what)
 
 
 def model_flavour(model) -> str:

@@ -84,13 +84,17 @@ def outside(library: str, version: str) -> Optional[str]:
           f"{high[0]}.{high[1]})")
 
 
-def missing(module: str) -> str:
-  """The error for a `tensorflow` or `tf_keras` that is not installed, with the fix."""
+def missing(module: str, what: str = "") -> str:
+  """The error for a `tensorflow` or `tf_keras` that is not installed, with the fix.
+
+  `what` names the tf_keras-only part that was used (default: `tfdist.keras`).
+  """
   if module == "tf_keras":
     tf = tensorflow_distributions()
     newest = SUPPORTED["tensorflow"][1]
     minor = ".".join(tf[0][1].split(".")[:2]) if tf else f"{newest[0]}.{newest[1]}"
-    return ("tfdist.keras is tf_keras, which is not installed. Install the one of your "
+    needs = f"{what} needs tf_keras" if what else "tfdist.keras is tf_keras"
+    return (f"{needs}, which is not installed. Install the one of your "
             f"TensorFlow's minor version: pip install 'tf-keras=={minor}.*' (add --no-deps "
             "beside tensorflow-cpu: tf-keras requires the `tensorflow` distribution; where none "
             f"is released yet, pip install --no-deps 'tf-keras-nightly~={minor}.0.dev'), or use "

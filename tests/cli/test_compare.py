@@ -44,6 +44,15 @@ def test_compare_names_the_valid_kerases():
   assert "--keras takes ['tf_keras', 'keras3'], comma-separated." in result.stdout
 
 
+def test_compare_without_tf_keras_refuses_it_by_name_before_training():
+  result = helpers.run(helpers.tfdist_cli("compare", "--keras=keras3,tf_keras"), timeout=60,
+                       env=helpers.without_tf_keras())
+  assert result.returncode == 2, result.stdout[-3000:]
+  assert result.stdout.startswith(
+      "tfdist compare: --keras=tf_keras needs tf_keras, which is not installed. Install the "
+      "one of your TensorFlow's minor version"), result.stdout[-3000:]
+
+
 def test_compare_names_the_valid_sync_intervals():
   result = helpers.run(helpers.tfdist_cli("compare", "--sync_every=4,0"), timeout=60)
   assert result.returncode != 0

@@ -177,3 +177,22 @@ def _python_child_with_env(root: int, entry: bytes, seconds: float = 60) -> int:
         return int(name)
     time.sleep(0.2)
   raise AssertionError(f"no child of {root} with {entry!r}")
+
+
+@pytest.mark.slow
+def test_without_tf_keras_it_trains_keras3_by_default_and_tf_keras_is_refused_with_the_fix():
+  # Keras 3 alone, as TensorFlow 2.16+ installs it. Before: both died in a traceback,
+  # "No module named 'tf_keras'", from tfdist's own imports.
+  env = helpers.without_tf_keras()
+  refused = helpers.run(helpers.tfdist_cli("train", "--keras=tf_keras"), timeout=120, env=env)
+  assert refused.returncode == 2, refused.stdout[-3000:]
+  assert "tfdist train: keras='tf_keras' needs tf_keras, which is not installed. Install the " \
+         "one of your TensorFlow's minor version: pip install 'tf-keras==" in refused.stdout
+  assert "Traceback" not in refused.stdout
+  trained = helpers.run(helpers.tfdist_cli("train", "--epochs=2", "--verbose=0"), timeout=240,
+                        env=env)
+  assert trained.returncode == 0, trained.stdout[-3000:]
+  assert re.search(r"^strategy=one_device keras=keras3 replicas=1 accuracy=0\.\d+ ",
+                   trained.stdout, re.M), trained.stdout[-3000:]
+  # Keras 3 warned at every fit that its default shuffle=True is ignored for a dataset.
+  assert "shuffle=True" not in trained.stdout

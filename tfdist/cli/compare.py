@@ -15,12 +15,14 @@ each task its share of the cores (`tfdist.launch`'s default).
 """
 
 import json
+import sys
 import tempfile
 import time
 
 from absl import flags
 
 from tfdist import _choices as choices
+from tfdist import _keras_support as keras_support
 from tfdist import output
 from tfdist.cli import _train_process as train_process
 from tfdist.task import _keras as task_keras
@@ -30,8 +32,9 @@ _STRATEGIES = flags.DEFINE_list(
                                          choices.PARAMETER_SERVER),
     "Strategies to compare; the first is the baseline.")
 _KERAS = flags.DEFINE_list(
-    "keras", [task_keras.KERAS_CHOICES[0]], "The Kerases to train the default model with, "
-    f"each under every strategy: any of {list(task_keras.KERAS_CHOICES)}.")
+    "keras", None, "The Kerases to train the default model with, each under every strategy: "
+    f"any of {list(task_keras.KERAS_CHOICES)} (default: tf_keras where it is installed, else "
+    "keras3).")
 _EPOCHS = flags.DEFINE_integer("epochs", 15, "Epochs per strategy.", lower_bound=1)
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Global batch size.", lower_bound=1)
 _TOLERANCE = flags.DEFINE_float("tolerance", 0.05, "Largest accuracy gap to the baseline "
@@ -55,7 +58,7 @@ _HEADER = ("keras", "strategy", "replicas", "mode", "accuracy", "examples/s", "s
 
 @flags.validator("keras", f"--keras takes {list(task_keras.KERAS_CHOICES)}, comma-separated.")
 def _known_kerases(values):
-  return bool(values) and set(values) <= set(task_keras.KERAS_CHOICES)
+  return values is None or (bool(values) and set(values) <= set(task_keras.KERAS_CHOICES))
 
 
 @flags.validator("sync_every", "--sync_every takes sync intervals >= 1, comma-separated, e.g. "
@@ -97,8 +100,12 @@ def _print_table(rows) -> None:
 
 def main(argv):
   del argv
-  runs = [(keras, name, "", [], None) for keras in _KERAS.value for name in _STRATEGIES.value]
-  runs += [(keras, name, label, extra, env) for keras in _KERAS.value
+  kerases = _KERAS.value or [keras_support.default_keras()]
+  if keras_support.TF_KERAS in kerases and not keras_support.tf_keras_installed():
+    print(f"tfdist compare: {keras_support.tf_keras_missing('--keras=tf_keras')}", file=sys.stderr)
+    return 2
+  runs = [(keras, name, "", [], None) for keras in kerases for name in _STRATEGIES.value]
+  runs += [(keras, name, label, extra, env) for keras in kerases
            for label, name, extra, env in _variants()]
   results = _train_each(runs)
   if _OUTPUT.value:

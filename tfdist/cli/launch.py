@@ -65,7 +65,8 @@ _NETWORK = flags.DEFINE_enum(
 _KERAS = flags.DEFINE_enum(
     "keras", None, list(task_keras.KERAS_CHOICES),
     "The Keras `tf.keras` is in the tasks: tf_keras trains with every strategy. Default: "
-    "TF_USE_LEGACY_KERAS if set, else tf_keras. Either way, `import keras` code trains "
+    "TF_USE_LEGACY_KERAS if set, else tf_keras where it is installed, else keras3 (as "
+    "TensorFlow makes it). Either way, `import keras` code trains "
     "under multi-worker MultiWorkerMirroredStrategy (README: Which Keras).")
 _TRAINS_ALONE = flags.DEFINE_enum(
     "trains_alone", None, list(trains_alone.MODES), "A task whose script would train alone "

@@ -157,7 +157,22 @@ def _with_output(command, module):
       print(_help.unexpected_arguments(command, module, argv[1:]), file=sys.stderr)
       return 2
     output.show_on_console(console_level(flags.FLAGS["verbosity"]))
-    return module.main(argv)
+    # Keras 3 alone (TensorFlow 2.16+ installs no tf_keras): what only tf_keras runs says
+    # what to install, in a line instead of a traceback; a command whose tasks need it, first.
+    from tfdist import _keras_support  # pylint: disable=g-import-not-at-top
+    if getattr(module, "NEEDS_TF_KERAS", False) and not _keras_support.tf_keras_installed():
+      print(f"tfdist {command}: {_keras_support.tf_keras_missing('this command')}",
+            file=sys.stderr)
+      return 2
+    try:
+      return module.main(argv)
+    except ModuleNotFoundError as e:
+      if e.name != "tf_keras":
+        raise
+      if not isinstance(e, _keras_support.TfKerasNotInstalled):
+        e = _keras_support.tf_keras_missing("this command")
+      print(f"tfdist {command}: {e}", file=sys.stderr)
+      return 2
 
   return run_main
 

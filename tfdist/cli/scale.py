@@ -39,6 +39,9 @@ from tfdist import _choices as choices
 from tfdist import output
 from tfdist.cli import self_launch
 
+# Its workers time tf_keras models (tfdist._lab): refused up front where tf_keras is not installed.
+NEEDS_TF_KERAS = True
+
 _MODEL = flags.DEFINE_string("model", "cnn", "cnn, convnet, mlp, or a .py file / module "
                              "with model_fn().")
 # Per replica: the 1- and 2-worker runs compare the same work per replica.

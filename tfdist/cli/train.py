@@ -100,7 +100,8 @@ _OUTPUT = flags.DEFINE_string("output", None, "Write the result as JSON here (on
 _KERAS = flags.DEFINE_enum(
     "keras", None, list(task_keras.KERAS_CHOICES),
     "The Keras of the default model and of `tf.keras` (default: TF_USE_LEGACY_KERAS if "
-    "set, else tf_keras). A --model is trained with the Keras it builds, either one.")
+    "set, else tf_keras where it is installed, else keras3). A --model is trained with the "
+    "Keras it builds, either one.")
 _VERBOSE = flags.DEFINE_integer("verbose", 2, "Keras fit verbosity (0, 1 or 2).",
                                 lower_bound=0, upper_bound=2)
 

@@ -24,13 +24,16 @@ import time
 from typing import Callable, Iterator, List, Optional
 
 import tensorflow as tf
-import tf_keras
 
+from tfdist import _keras_support as keras_support
 from tfdist.data import distributed_input
 from tfdist.internals import keras as keras_internals
 from tfdist.internals import tf_keras as tf_keras_internals
 
 logger = logging.getLogger("tfdist")
+
+# None where Keras 3 is installed alone: every model is then a Keras 3 model.
+tf_keras = keras_support.optional_tf_keras()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +101,7 @@ def input_wait_share(iterator: Iterator, step_fn: Callable, steps: int = 20,
   return _share(compute_seconds + statistics.median(fetch), compute_seconds)
 
 
-class InputBoundReport(tf_keras.callbacks.Callback):
+class InputBoundReport(keras_support.callback_base()):
   """Prints, at the end of `fit`, the share of step time spent waiting for data.
 
   At the end of each epoch after the first (the first fills caches and
@@ -216,7 +219,7 @@ class InputBoundReport(tf_keras.callbacks.Callback):
 
 def _layers(model) -> list:
   """Every layer inside `model`, nested ones included, in either Keras."""
-  if isinstance(model, tf_keras.Model):
+  if tf_keras is not None and isinstance(model, tf_keras.Model):
     return [m for m in model.submodules if isinstance(m, tf_keras.layers.Layer)]
   return keras_internals.flatten_layers(model)  # Keras 3: no public recursive list.
 
@@ -228,7 +231,7 @@ def _optimizer_variables(optimizer) -> list:
 
 def _is_random(layer) -> bool:
   """Whether a Keras layer draws random numbers in training (Dropout, RandomFlip, ...)."""
-  if isinstance(layer, tf_keras.layers.Layer):
+  if tf_keras is not None and isinstance(layer, tf_keras.layers.Layer):
     return tf_keras_internals.is_random_layer(layer)
   import keras  # Keras 3: random layers hold a SeedGenerator.
   return any(isinstance(value, keras.random.SeedGenerator) for value in vars(layer).values())

@@ -7,8 +7,10 @@ MultiWorkerMirroredStrategy (keras-team/keras#20585) nor under
 ParameterServerStrategy (keras-team/keras#18624). So every task `tfdist launch`
 starts gets, deliberately:
 
-- `TF_USE_LEGACY_KERAS` for the chosen Keras: "tf_keras" (the default, under
-  which `tf.keras` code trains with every strategy) or "keras3";
+- `TF_USE_LEGACY_KERAS` for the chosen Keras: "tf_keras" (the default where it
+  is installed, under which `tf.keras` code trains with every strategy) or
+  "keras3" (the default where TensorFlow came with Keras 3 alone, as TF 2.16 and
+  later install it: there `tf.keras` is Keras 3 as TensorFlow makes it);
 - tfdist's task site folder (`tfdist/task/site`) first on PYTHONPATH: its `sitecustomize` enables
   `tfdist.internals.keras` the moment Keras 3's TensorFlow trainer is
   imported, so `import keras` code trains under multi-worker
@@ -19,7 +21,8 @@ starts gets, deliberately:
   backed up (`enable_keras3_callbacks_on_import`); and a task that would
   train alone is told so (`tfdist.task._trains_alone`).
 
-The choice: explicit > `TF_USE_LEGACY_KERAS` already in the environment > tf_keras.
+The choice: explicit > `TF_USE_LEGACY_KERAS` already in the environment > tf_keras where it
+is installed here > Keras 3.
 """
 
 import os
@@ -36,15 +39,16 @@ _TRUE, _FALSE = ("1", "true", "True", "TRUE"), ("0", "false", "False", "FALSE", 
 
 
 def resolve(keras: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> str:
-  """The Keras the tasks get: explicit `keras`, else TF_USE_LEGACY_KERAS, else tf_keras."""
+  """The Keras the tasks get: explicit `keras`, else TF_USE_LEGACY_KERAS, else tf_keras (Keras 3 where it is not installed)."""
   environ = os.environ if environ is None else environ
   if keras is not None:
     if keras not in KERAS_CHOICES:
       raise ValueError(f"`keras` must be one of {list(KERAS_CHOICES)}, or None to follow "
-                       f"{LEGACY_KERAS_ENV} (default tf_keras). Received: {keras!r}")
+                       f"{LEGACY_KERAS_ENV} (default tf_keras where it is installed, else keras3). "
+                       f"Received: {keras!r}")
     return keras
   if LEGACY_KERAS_ENV not in environ:
-    return keras_support.TF_KERAS
+    return keras_support.default_keras()  # Keras 3 where tf_keras is not installed here.
   value = environ[LEGACY_KERAS_ENV]
   if value in _TRUE:
     return keras_support.TF_KERAS

@@ -42,7 +42,14 @@ def __getattr__(name):
     return getattr(importlib.import_module(f"{__name__}.{_FUNCTIONS[name]}"), name)
   if name not in _SUBMODULES:
     raise AttributeError(f"module 'tfdist.training' has no attribute {name!r}")
-  return importlib.import_module(f"{__name__}.{name}")
+  try:
+    return importlib.import_module(f"{__name__}.{name}")
+  except ModuleNotFoundError as e:
+    from tfdist import _keras_support  # pylint: disable=import-outside-toplevel
+    if e.name != "tf_keras" or isinstance(e, _keras_support.TfKerasNotInstalled):
+      raise
+    # Keras 3 alone: a module that only tf_keras can run names what to install.
+    raise _keras_support.tf_keras_missing(f"{__name__}.{name}") from e
 
 
 def __dir__():

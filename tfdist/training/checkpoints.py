@@ -26,7 +26,6 @@ import time
 from typing import Iterator, Optional
 
 import tensorflow as tf
-import tf_keras
 
 from tfdist import _folders as folders
 from tfdist import _keras_support as keras_support
@@ -174,7 +173,9 @@ class _SigtermChecks:
           self._backup_seconds, worst - self._backup_seconds, seconds, source)
 
 
-class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
+# tf_keras's callback; where Keras 3 is installed alone, making one says what to install.
+class BackupAndRestore(_SigtermChecks, keras_support.tf_keras_base(
+    "callbacks.BackupAndRestore", "tfdist.training.checkpoints.BackupAndRestore")):
   """Keras's `BackupAndRestore`, plus a backup when the task gets SIGTERM.
 
   Backs up at the end of every epoch. When SIGTERM arrives (what SLURM and
@@ -246,7 +247,7 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
     self._start_checks()
 
   def _fit_code(self):
-    return _TF_KERAS_FIT_CODE
+    return _tf_keras_fit_code()
 
   def _write_probe(self, directory: str) -> None:
     tf.train.Checkpoint(model=self.model).write(os.path.join(directory, "probe"))
@@ -310,7 +311,9 @@ class BackupAndRestore(_SigtermChecks, tf_keras.callbacks.BackupAndRestore):
     raise SystemExit(PREEMPTED_EXIT_CODE)
 
 
-_TF_KERAS_FIT_CODE = inspect.unwrap(tf_keras.Model.fit).__code__
+@functools.lru_cache(maxsize=None)
+def _tf_keras_fit_code():
+  return inspect.unwrap(keras_support.require_tf_keras().Model.fit).__code__
 
 
 # Local SGD: a backup holds one replica's copy of each variable; every task keeps its

@@ -26,7 +26,8 @@ Example:
 """
 
 import tensorflow as tf
-import tf_keras
+
+from tfdist import _keras_support as keras_support
 from tfdist.internals import tensorflow as tf_internals
 
 DTYPES = ("float16",)
@@ -47,8 +48,8 @@ def aggregates_here(skip_gradients_aggregation: bool, kwargs: dict) -> bool:
               or not kwargs.pop("experimental_aggregate_gradients", True))
 
 
-def compress_gradients(optimizer: tf_keras.optimizers.Optimizer, *,
-                       dtype: str = "float16") -> tf_keras.optimizers.Optimizer:
+def compress_gradients(optimizer: "tf_keras.optimizers.Optimizer", *,
+                       dtype: str = "float16") -> "tf_keras.optimizers.Optimizer":
   """Makes `optimizer` all-reduce gradients in `dtype`; returns the same optimizer.
 
   Only the cross-replica sum changes, so it matters under strategies that
@@ -72,7 +73,9 @@ def compress_gradients(optimizer: tf_keras.optimizers.Optimizer, *,
       Keras 3 optimizer).
     ValueError: `dtype` is not one of `DTYPES`, or the optimizer was created
       under a parameter-server strategy.
+    ModuleNotFoundError: tf_keras is not installed (Keras 3 alone), with what to install.
   """
+  tf_keras = keras_support.require_tf_keras("compress_gradients")
   if not isinstance(optimizer, tf_keras.optimizers.Optimizer):
     raise TypeError("compress_gradients needs a tf_keras optimizer instance, e.g. "
                     "tfdist.keras.optimizers.SGD(0.1), not a name or a Keras 3 optimizer. "

@@ -56,9 +56,9 @@ class TrainConfig:
   # the weights averaged every `sync_every` steps; None: every step synchronous.
   local_sgd: Optional[local_sgd_lib.LocalSGDOptions] = None
   precision: str = "float32"  # Or mixed_bfloat16, mixed_float16 (see tfdist.training.precision).
-  # The Keras of the default model, "tf_keras" or "keras3"; a model_fn's model
-  # is trained with its own Keras, whichever it is.
-  keras: str = keras_support.TF_KERAS
+  # The Keras of the default model, "tf_keras" or "keras3" (default: tf_keras where it is
+  # installed, else Keras 3); a model_fn's model is trained with its own Keras, whichever it is.
+  keras: str = dataclasses.field(default_factory=keras_support.default_keras)
   # The user's own job; None for the default CNN on the embedded digits.
   model_fn: Optional[Callable[[], Any]] = None
   dataset_fn: Optional[Callable[..., Any]] = None  # input_context -> tf.data.Dataset
@@ -66,6 +66,8 @@ class TrainConfig:
 
   def __post_init__(self):
     self._check_local_sgd()
+    if self.keras == keras_support.TF_KERAS and not keras_support.tf_keras_installed():
+      raise ValueError(str(keras_support.tf_keras_missing(f"keras={self.keras!r}")))
     if self.evaluator and (not self.checkpoint_dir or self.strategy not in MULTI_WORKER):
       raise ValueError(
           "`evaluator` adds an evaluator task to the cluster of multi_worker_mirrored or "

@@ -17,7 +17,6 @@ from typing import Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
-import tf_keras
 
 from tfdist.training import accumulation
 from tfdist.training import _local_sgd as local_sgd
@@ -67,12 +66,13 @@ class TrainResult:
     return dataclasses.asdict(self)
 
 
-def small_cnn(keras=tf_keras):
+def small_cnn(keras=None):
   """The default model: a small CNN for 8x8x1 digits (about 5k parameters).
 
   Args:
-    keras: the Keras package to build it with, `tf_keras` or `keras` (Keras 3).
+    keras: the Keras package to build it with, `tf_keras` (the default) or `keras` (Keras 3).
   """
+  keras = keras or keras_support.keras_module(keras_support.TF_KERAS)
   return keras.Sequential([
       keras.layers.Input(digits.IMAGE_SHAPE),
       keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
@@ -269,9 +269,11 @@ def _fit(config, strategy, model, keras, dataset_fn, steps_per_epoch, callbacks)
     if config.tensorboard_dir:
       log_dir = stack.enter_context(checkpoints.chief_dir(config.tensorboard_dir, strategy))
       callbacks.append(keras.callbacks.TensorBoard(log_dir))
+    # shuffle=False: the dataset shuffles itself, and Keras 3 warns at every fit that
+    # its default shuffle=True is ignored for a dataset.
     history = model.fit(distributed_input.distribute_function(strategy, dataset_fn),
                         epochs=config.epochs, steps_per_epoch=steps_per_epoch,
-                        callbacks=callbacks, verbose=config.verbose)
+                        callbacks=callbacks, verbose=config.verbose, shuffle=False)
   return (history.history, timer.wall_times(),
           report.result.share if report.result else None)
 

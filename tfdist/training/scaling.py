@@ -17,9 +17,12 @@ import math
 from typing import Union
 
 import tensorflow as tf
-import tf_keras
 
+from tfdist import _keras_support as keras_support
 from tfdist._choices import SCALING_RULES  # Re-exported as scaling.SCALING_RULES.
+
+# None where Keras 3 is installed alone: `WarmUp`, a tf_keras schedule, then says what to install.
+tf_keras = keras_support.optional_tf_keras()
 
 StrategyOrCount = Union[int, tf.distribute.Strategy]
 
@@ -117,8 +120,16 @@ def cosine_learning_rate(keras, base_learning_rate: float, num_replicas: Strateg
                                                 alpha=0.05)
 
 
-@tf_keras.saving.register_keras_serializable(package="tfdist")
-class WarmUp(tf_keras.optimizers.schedules.LearningRateSchedule):
+def _serializable(cls):
+  """Registered with tf_keras, so that a model saved with the schedule loads again."""
+  if tf_keras is None:
+    return cls
+  return tf_keras.saving.register_keras_serializable(package="tfdist")(cls)
+
+
+@_serializable
+class WarmUp(keras_support.tf_keras_base("optimizers.schedules.LearningRateSchedule",
+                                         "tfdist.training.scaling.WarmUp")):
   """Linear warm-up from `initial_learning_rate` to a target, then the target.
 
   The target is a float or another schedule, which then starts counting after

@@ -1,0 +1,57 @@
+"""A Keras 3 user's job where tf_keras is not installed; prints one RESULT line.
+
+Run with `helpers.without_tf_keras()`. Under MirroredStrategy a Keras 3 model fits with
+tfdist's backup, is saved once and exported; `tfdist.Loop` trains it; then each part that
+only tf_keras runs is used, and what it raised is recorded.
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+import tfdist
+
+strategy = tfdist.make_strategy("mirrored")
+import keras  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+from tfdist import training  # pylint: disable=g-import-not-at-top
+from tfdist.training import checkpoints  # pylint: disable=g-import-not-at-top
+
+folder = tempfile.mkdtemp()
+x = np.random.default_rng(0).random((64, 4)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+with strategy.scope():
+  model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+  model.compile(keras.optimizers.SGD(0.05), "mse")
+history = model.fit(x, y, batch_size=16, epochs=2, verbose=0,
+                    callbacks=[checkpoints.backup_and_restore(folder, model=model)])
+result = {"tf_keras_loaded": "tf_keras" in sys.modules,
+          "losses": history.history["loss"],
+          "saved": checkpoints.save_model(model, os.path.join(folder, "model.keras")),
+          "exported": tfdist.export(model, os.path.join(folder, "export"), strategy=strategy)}
+loop = tfdist.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
+                   optimizer=model.optimizer)
+logs = loop.fit(lambda _: tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat(),
+                epochs=1, steps_per_epoch=2, verbose=False)
+result["loop_losses"] = logs["loss"]
+
+uses = {
+    "tfdist.keras": lambda: tfdist.keras,
+    "tfdist.placement": lambda: tfdist.placement,
+    "sparsification": lambda: training.sparsification,
+    "compress_gradients": lambda: training.compression.compress_gradients(
+        keras.optimizers.SGD(0.1)),
+    "BackupAndRestore": lambda: checkpoints.BackupAndRestore(folder),
+}
+result["errors"] = {}
+for name, use in uses.items():
+  try:
+    use()
+    result["errors"][name] = None
+  except ModuleNotFoundError as e:
+    result["errors"][name] = [type(e).__name__, e.name, str(e)]
+result["tf_keras_loaded"] = result["tf_keras_loaded"] or "tf_keras" in sys.modules
+print("RESULT " + json.dumps(result), flush=True)
