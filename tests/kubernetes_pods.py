@@ -13,7 +13,9 @@ success policy's pods have exited 0; the others are then stopped.
 
 Lines come out prefixed `[<pod host>] ...`, with `[jobset] ...` lines for
 what the controller does; a line `kill HOST` on stdin SIGKILLs that pod, as
-a lost node would.
+a lost node would. SIGUSR1 makes every pod write its threads' stacks (SIGABRT,
+with PYTHONFAULTHANDLER) and the job fail: a rehearsal that times out says where
+each pod waited (`Rehearsal.finish`).
 """
 
 import json
@@ -55,13 +57,24 @@ class Rehearsal:
     self.process.stdin.write(f"kill {host}\n")
     self.process.stdin.flush()
 
-  def finish(self, timeout):
-    """Waits for the controller; returns everything it printed from here."""
+  def finish(self, timeout, stacks_timeout=60):
+    """Waits for the controller; returns everything it printed from here.
+
+    On timeout, the AssertionError holds the pods' last lines and each one's stacks:
+    one such timeout in CI said nothing of where a job of 11 s alone had waited.
+    """
     try:
       return self.process.communicate(timeout=timeout)[0]
     except subprocess.TimeoutExpired:
+      output = ""
+      try:
+        self.process.send_signal(signal.SIGUSR1)
+        output = self.process.communicate(timeout=stacks_timeout)[0] or ""
+      except subprocess.TimeoutExpired:
+        pass
       self.stop()
-      raise AssertionError(f"the rehearsed job did not end within {timeout}s") from None
+      raise AssertionError(f"the rehearsed job did not end within {timeout}s; the pods' last "
+                           f"lines and their stacks:\n{output[-12000:]}") from None
 
   def stop(self):
     if self.process is not None:
@@ -117,6 +130,26 @@ def _stop(processes):
     process.wait()
 
 
+def _stacks(processes, lock) -> int:
+  """Every pod's Python processes write their stacks and end (SIGABRT); the job fails."""
+  with lock:
+    print("[jobset] timed out: every pod writes its stacks (SIGABRT)", flush=True)
+  for process in processes.values():
+    try:
+      os.killpg(process.pid, signal.SIGABRT)
+    except ProcessLookupError:
+      pass
+  deadline = time.monotonic() + 20
+  for process in processes.values():
+    try:
+      process.wait(max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+      pass
+  time.sleep(1)  # The pumps print the last lines.
+  _stop(processes)
+  return 1
+
+
 def _control(plan) -> int:
   """The JobSet controller, for pods on this machine; the JobSet's exit code."""
   temporary_root = plan["temporary"]  # In the test's own folder: pytest removes it.
@@ -126,6 +159,7 @@ def _control(plan) -> int:
   commands = queue.Queue()
   threading.Thread(target=lambda: [commands.put(l.split()) for l in sys.stdin],
                    daemon=True).start()
+  signal.signal(signal.SIGUSR1, lambda *_: commands.put(["stacks"]))
   lock = threading.Lock()
   pods = {pod["host"]: pod for pod in plan["pods"]}
   targets = [h for h, p in pods.items()
@@ -136,9 +170,11 @@ def _control(plan) -> int:
     failed = None
     while failed is None:
       while not commands.empty():
-        verb, host = commands.get()
+        verb, *host = commands.get()
         if verb == "kill":
-          os.killpg(processes[host].pid, signal.SIGKILL)
+          os.killpg(processes[host[0]].pid, signal.SIGKILL)
+        elif verb == "stacks":
+          return _stacks(processes, lock)
       for host, process in processes.items():
         code = process.poll()
         if code in (None, 0):

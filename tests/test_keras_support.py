@@ -212,17 +212,21 @@ def test_without_tf_keras_the_default_is_keras3_and_what_needs_it_says_what_to_i
   monkeypatch.setenv(keras_support.LEGACY_KERAS_ENV, "1")
   assert task_keras.resolve() == "tf_keras"
   assert keras_support.callback_base() is keras.callbacks.Callback
-  fix = (r"needs tf_keras, which is not installed\. Install the one of your TensorFlow's minor "
-         r"version: pip install 'tf-keras==2\.\d+\.\*' .* or use Keras 3 .* Received: no "
-         r"module named 'tf_keras'$")
-  for use, what in [(lambda: keras_support.require_tf_keras("compress_gradients"),
-                     "compress_gradients"),
-                    (keras_support.tf_keras_base("callbacks.BackupAndRestore", "Its backup"),
-                     "Its backup"),
-                    (lambda: keras_support.keras_module("tf_keras"), "tfdist.keras")]:
-    with pytest.raises(keras_support.TfKerasNotInstalled, match=f"^{what} " +
-                       ("is tf_keras, which" + fix.split(", which", 1)[1]
-                        if what == "tfdist.keras" else fix)) as raised:
+  # A manifest's pods run an image, not this machine: tf_keras there, as before.
+  monkeypatch.delenv(keras_support.LEGACY_KERAS_ENV)
+  assert task_keras.resolve(None, {}, here=False) == "tf_keras"
+  install = (r", which is not installed\. Install the one of your TensorFlow's minor version: "
+             r"pip install 'tf-keras==2\.\d+\.\*' \(.*\)")
+  received = r"\. Received: no module named 'tf_keras'$"
+  for use, start, keras3_instead in [
+      (lambda: keras_support.require_tf_keras("compress_gradients"),
+       "compress_gradients needs tf_keras", False),
+      (keras_support.tf_keras_base("callbacks.BackupAndRestore", "Its backup"),
+       "Its backup needs tf_keras", False),
+      (lambda: keras_support.keras_module("tf_keras"), "tfdist.keras is tf_keras", True)]:
+    other = r", or use Keras 3 \(`import keras`; `--keras=keras3`\)" if keras3_instead else ""
+    with pytest.raises(keras_support.TfKerasNotInstalled,
+                       match=f"^{start}{install}{other}{received}") as raised:
       use()
     assert isinstance(raised.value, ModuleNotFoundError) and raised.value.name == "tf_keras"
 
@@ -239,16 +243,23 @@ def test_a_keras3_job_runs_without_tf_keras_and_only_tf_keras_parts_name_the_fix
   assert not out["tf_keras_loaded"]
   assert out["losses"][1] < out["losses"][0] and out["loop_losses"][-1] < out["losses"][0]
   assert out["saved"].endswith("model.keras") and out["exported"].endswith(f"export{os.sep}1")
+  assert out["backup_class"] == "Keras3BackupAndRestore"
+  assert out["fit_step"].startswith("Keras's own step kept: not a tf_keras model")
+  assert out["doctor_xla"] == {"every strategy": "not measured: this check needs tf_keras, "
+                               + out["doctor_xla"]["every strategy"].split(", ", 1)[1]}
   errors = out["errors"]
   assert set(errors) == {"tfdist.keras", "tfdist.placement", "sparsification",
-                         "compress_gradients", "BackupAndRestore"}, errors
+                         "compress_gradients", "BackupAndRestore", "WarmUp"}, errors
   for name, what in [("tfdist.keras", "tfdist.keras is tf_keras"),
                      ("tfdist.placement", "tfdist.placement needs tf_keras"),
                      ("sparsification", "tfdist.training.sparsification needs tf_keras"),
                      ("compress_gradients", "compress_gradients needs tf_keras"),
                      ("BackupAndRestore",
-                      "tfdist.training.checkpoints.BackupAndRestore needs tf_keras")]:
+                      "tfdist.training.checkpoints.BackupAndRestore needs tf_keras"),
+                     ("WarmUp", "tfdist.training.scaling.WarmUp needs tf_keras")]:
     kind, module, message = errors[name]
     assert (kind, module) == ("TfKerasNotInstalled", "tf_keras"), errors[name]
     assert message.startswith(f"{what}, which is not installed. Install the one of your "
                               "TensorFlow's minor version: pip install 'tf-keras=="), message
+    # Keras 3 is named as the other way only for tfdist.keras, which is a choice of Keras.
+    assert ("or use Keras 3" in message) == (name == "tfdist.keras"), message

@@ -198,8 +198,10 @@ def _cluster(report: Report, environ: Mapping[str, str], timeout: float) -> None
 
 def _xla() -> List[Tuple[str, str]]:
   """`jit_compile=True` under each strategy of this machine: a one-step fit, measured."""
+  tf_keras = keras_support.optional_tf_keras()
+  if tf_keras is None:  # Keras 3 alone: its one-step fits are tf_keras models.
+    return [("every strategy", f"not measured: {keras_support.tf_keras_missing('this check')}")]
   import numpy as np
-  import tf_keras
   from tfdist import strategies
   from tfdist.strategies import _keras_guard as keras_guard
   x = np.zeros((8, 2), "float32")

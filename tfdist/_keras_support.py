@@ -188,9 +188,14 @@ class TfKerasNotInstalled(ModuleNotFoundError):
   """tf_keras is needed here and not installed; the message says what to install."""
 
 
-def tf_keras_missing(what: str = "") -> TfKerasNotInstalled:
-  """The error for using `what` (tf_keras-only) where tf_keras is not installed, with the fix."""
-  return TfKerasNotInstalled(_stack.missing(TF_KERAS, what), name=TF_KERAS)
+def tf_keras_missing(what: str = "", keras3_instead: bool = False) -> TfKerasNotInstalled:
+  """The error for using `what` (tf_keras-only) where tf_keras is not installed, with the fix.
+
+  `keras3_instead`: `what` chose tf_keras, and Keras 3 is the other way (always for
+  `tfdist.keras`, an empty `what`).
+  """
+  return TfKerasNotInstalled(_stack.missing(TF_KERAS, what, keras3_instead or not what),
+                             name=TF_KERAS)
 
 
 def require_tf_keras(what: str = ""):

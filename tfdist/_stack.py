@@ -84,10 +84,11 @@ def outside(library: str, version: str) -> Optional[str]:
           f"{high[0]}.{high[1]})")
 
 
-def missing(module: str, what: str = "") -> str:
+def missing(module: str, what: str = "", keras3_instead: bool = True) -> str:
   """The error for a `tensorflow` or `tf_keras` that is not installed, with the fix.
 
-  `what` names the tf_keras-only part that was used (default: `tfdist.keras`).
+  `what` names the tf_keras-only part that was used (default: `tfdist.keras`);
+  `keras3_instead` says Keras 3 is the other way (where `what` chose the Keras).
   """
   if module == "tf_keras":
     tf = tensorflow_distributions()
@@ -97,8 +98,9 @@ def missing(module: str, what: str = "") -> str:
     return (f"{needs}, which is not installed. Install the one of your "
             f"TensorFlow's minor version: pip install 'tf-keras=={minor}.*' (add --no-deps "
             "beside tensorflow-cpu: tf-keras requires the `tensorflow` distribution; where none "
-            f"is released yet, pip install --no-deps 'tf-keras-nightly~={minor}.0.dev'), or use "
-            "Keras 3 (`import keras`; `--keras=keras3`). Received: no module named 'tf_keras'")
+            f"is released yet, pip install --no-deps 'tf-keras-nightly~={minor}.0.dev')"
+            + (", or use Keras 3 (`import keras`; `--keras=keras3`)" if keras3_instead else "")
+            + ". Received: no module named 'tf_keras'")
   low, high = SUPPORTED["tensorflow"]
   return (f"tfdist needs TensorFlow {low[0]}.{low[1]} to {high[0]}.{high[1]}, and none is "
           f"installed: {INSTALL}. Received: no module named {module!r}")

@@ -216,9 +216,10 @@ def test_without_tf_keras_a_command_that_needs_it_says_so_in_a_line_and_exits_2(
   # Keras 3 alone: `scale` says so before its workers start (NEEDS_TF_KERAS); `advise` from
   # where its models import tf_keras (the same line from run_main, instead of a traceback).
   env = helpers.without_tf_keras()
-  for command in (["scale"], ["advise", "--model=cnn"]):
+  for command, what in [(["scale"], "this command"),
+                        (["advise", "--model=cnn"], "this command (or the code it runs)")]:
     result = helpers.run(helpers.tfdist_cli(*command), timeout=120, env=env)
     assert result.returncode == 2, result.stdout[-3000:]
-    assert f"tfdist {command[0]}: this command needs tf_keras, which is not installed. Install " \
-           "the one of your TensorFlow's minor version: pip install 'tf-keras==" in result.stdout
-    assert "Traceback" not in result.stdout
+    assert f"tfdist {command[0]}: {what} needs tf_keras, which is not installed. Install the " \
+           "one of your TensorFlow's minor version: pip install 'tf-keras==" in result.stdout
+    assert "or use Keras 3" not in result.stdout and "Traceback" not in result.stdout

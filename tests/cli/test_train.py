@@ -184,11 +184,22 @@ def test_without_tf_keras_it_trains_keras3_by_default_and_tf_keras_is_refused_wi
   # Keras 3 alone, as TensorFlow 2.16+ installs it. Before: both died in a traceback,
   # "No module named 'tf_keras'", from tfdist's own imports.
   env = helpers.without_tf_keras()
-  refused = helpers.run(helpers.tfdist_cli("train", "--keras=tf_keras"), timeout=120, env=env)
-  assert refused.returncode == 2, refused.stdout[-3000:]
-  assert "tfdist train: keras='tf_keras' needs tf_keras, which is not installed. Install the " \
-         "one of your TensorFlow's minor version: pip install 'tf-keras==" in refused.stdout
-  assert "Traceback" not in refused.stdout
+  fix = ("needs tf_keras, which is not installed. Install the one of your TensorFlow's minor "
+         "version: pip install 'tf-keras==")
+  # Each way of asking for tf_keras, or for what only tf_keras runs, named before training.
+  for flags, extra_env, what in [
+      (["--keras=tf_keras"], {}, "--keras=tf_keras"),
+      ([], {"TF_USE_LEGACY_KERAS": "1"}, "TF_USE_LEGACY_KERAS=1"),
+      (["--compress_gradients", "--strategy=mirrored"], {}, "compress_gradients=True"),
+      (["--evaluator", "--strategy=parameter_server", "--checkpoint_dir=unused"], {},
+       "evaluator=True")]:
+    refused = helpers.run(helpers.tfdist_cli("train", *flags), timeout=120,
+                          env={**env, **extra_env})
+    assert refused.returncode == 2, refused.stdout[-3000:]
+    assert f"tfdist train: {what}" in refused.stdout and fix in refused.stdout, refused.stdout
+    # Keras 3 is the other way only where the Keras was chosen.
+    assert ("or use Keras 3" in refused.stdout) == ("keras" in what.lower()), refused.stdout
+    assert "Traceback" not in refused.stdout
   trained = helpers.run(helpers.tfdist_cli("train", "--epochs=2", "--verbose=0"), timeout=240,
                         env=env)
   assert trained.returncode == 0, trained.stdout[-3000:]

@@ -96,3 +96,38 @@ def test_the_chief_pod_names_a_straggler_from_the_rows_the_pods_publish(tmp_path
   # Each pod prints only its own row at its end: the launcher is not there to gather them.
   for pod, task in (("digits-worker-0-0", "worker:0"), ("digits-worker-0-1", "worker:1")):
     assert re.search(rf"^\[{pod}\] {task} +25 ", stdout, re.M), stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_a_rehearsal_that_times_out_shows_each_pod_s_stack_and_leaves_no_pod(tmp_path):
+  # A TrainJob that trains in 11 s alone once hung for its 240 s in CI, and the failure
+  # said only that it timed out. Here both pods wait for good, in a function named for it.
+  marker = f"pods_wait_{os.getpid()}"
+  waits = (f"import threading\ndef {marker}():\n  threading.Event().wait()\n"
+           f"print('waiting', flush=True)\n{marker}()\n")
+  docs = jobset.jobset(Job(workers=2), ["python", "-c", waits],
+                       kubernetes.ManifestOptions(name="waits", image="img:1", max_restarts=0))
+  rehearsal = kubernetes_pods.Rehearsal(docs).start(str(tmp_path))
+  try:
+    with pytest.raises(AssertionError) as failed:
+      rehearsal.finish(timeout=15)
+  finally:
+    rehearsal.stop()
+  report = str(failed.value)
+  assert report.startswith("the rehearsed job did not end within 15s; the pods' last lines and "
+                           "their stacks:"), report[:500]
+  assert "[jobset] timed out: every pod writes its stacks (SIGABRT)" in report, report
+  for pod in ("waits-worker-0-0", "waits-worker-0-1"):
+    assert f"[{pod}] waiting" in report, report
+    assert re.search(rf"^\[{pod}\] .*in {marker}$", report, re.M), report
+  left = [pid for pid in os.listdir("/proc") if pid.isdigit()
+          and marker.encode() in _cmdline(pid)]
+  assert left == [], left
+
+
+def _cmdline(pid):
+  try:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+      return f.read()
+  except OSError:
+    return b""

@@ -37,6 +37,12 @@ loop = tfdist.Loop(strategy, model, loss=keras.losses.MeanSquaredError(),
 logs = loop.fit(lambda _: tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat(),
                 epochs=1, steps_per_epoch=2, verbose=False)
 result["loop_losses"] = logs["loss"]
+# Without `model=`, the backup is Keras 3's: every model here is one.
+result["backup_class"] = type(checkpoints.backup_and_restore(folder)).__name__
+result["fit_step"] = training.fit_step.synchronise_once(model, strategy)
+from tfdist import _doctor  # pylint: disable=g-import-not-at-top
+result["doctor_xla"] = dict(dict(_doctor.diagnose({}, check_xla=True).sections)[
+    "jit_compile=True (XLA) x strategy"])
 
 uses = {
     "tfdist.keras": lambda: tfdist.keras,
@@ -45,6 +51,7 @@ uses = {
     "compress_gradients": lambda: training.compression.compress_gradients(
         keras.optimizers.SGD(0.1)),
     "BackupAndRestore": lambda: checkpoints.BackupAndRestore(folder),
+    "WarmUp": lambda: training.scaling.scale_learning_rate(0.1, 2, warmup_steps=10),
 }
 result["errors"] = {}
 for name, use in uses.items():

@@ -170,7 +170,7 @@ def _with_output(command, module):
       if e.name != "tf_keras":
         raise
       if not isinstance(e, _keras_support.TfKerasNotInstalled):
-        e = _keras_support.tf_keras_missing("this command")
+        e = _keras_support.tf_keras_missing("this command (or the code it runs)")
       print(f"tfdist {command}: {e}", file=sys.stderr)
       return 2
 

@@ -21,6 +21,7 @@ from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
+from tfdist import _keras_support as keras_support
 from tfdist.cluster import _spec as spec_lib
 
 Policy = tf.data.experimental.AutoShardPolicy
@@ -183,6 +184,7 @@ def distribute_function(strategy: tf.distribute.Strategy, dataset_fn):
     return with_shard_policy(dataset_fn(input_context), Policy.OFF)
 
   if isinstance(strategy, tf.distribute.ParameterServerStrategy):
-    import tf_keras  # Deferred: only parameter-server input needs it.
+    # Deferred: only a tf_keras fit's parameter-server input needs it.
+    tf_keras = keras_support.require_tf_keras("parameter-server input for fit (DatasetCreator)")
     return tf_keras.utils.experimental.DatasetCreator(unsharded)
   return strategy.distribute_datasets_from_function(unsharded)

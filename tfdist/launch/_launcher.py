@@ -57,7 +57,8 @@ class LaunchOptions:
     grace_period: seconds a task has between SIGTERM and SIGKILL when the job is
       stopped: time to back up.
     keras: the tasks' Keras, "tf_keras" or "keras3" (None: TF_USE_LEGACY_KERAS of
-      the environment, else tf_keras).
+      the environment, else tf_keras; Keras 3 where tf_keras is not installed here, and
+      tf_keras in a manifest).
     env: the tasks' base environment (None: this process's). A manifest's pods
       get only this, never the environment of the machine that writes them.
     output: where the job's lines go (None: sys.stdout).

@@ -38,8 +38,13 @@ SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
 _TRUE, _FALSE = ("1", "true", "True", "TRUE"), ("0", "false", "False", "FALSE", "")
 
 
-def resolve(keras: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> str:
-  """The Keras the tasks get: explicit `keras`, else TF_USE_LEGACY_KERAS, else tf_keras (Keras 3 where it is not installed)."""
+def resolve(keras: Optional[str] = None, environ: Optional[Mapping[str, str]] = None, *,
+            here: bool = True) -> str:
+  """The Keras the tasks get: explicit `keras`, else TF_USE_LEGACY_KERAS, else tf_keras.
+
+  Where the tasks run with this machine's packages (`here`) and tf_keras is not
+  installed, Keras 3. A manifest's image is not this machine: `here=False`.
+  """
   environ = os.environ if environ is None else environ
   if keras is not None:
     if keras not in KERAS_CHOICES:
@@ -48,7 +53,7 @@ def resolve(keras: Optional[str] = None, environ: Optional[Mapping[str, str]] = 
                        f"Received: {keras!r}")
     return keras
   if LEGACY_KERAS_ENV not in environ:
-    return keras_support.default_keras()  # Keras 3 where tf_keras is not installed here.
+    return keras_support.default_keras() if here else keras_support.TF_KERAS
   value = environ[LEGACY_KERAS_ENV]
   if value in _TRUE:
     return keras_support.TF_KERAS

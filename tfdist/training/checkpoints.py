@@ -348,7 +348,8 @@ def backup_and_restore(checkpoint_dir: str, *, check_every: Optional[int] = None
   backup is deleted when training finishes. For a Keras 3 `model`, Keras 3's own callback, written by
   the chief only (`keras3_backup_and_restore`): at epoch ends, and on SIGTERM.
   """
-  if model is not None and keras_support.is_keras3_model(model):
+  if (model is not None and keras_support.is_keras3_model(model)) or \
+      not keras_support.tf_keras_installed():  # Keras 3 alone: every model is Keras 3's.
     return keras3_backup_and_restore(os.path.join(checkpoint_dir, BACKUP_SUBDIR),
                                      check_every=check_every, check_seconds=check_seconds)
   return BackupAndRestore(os.path.join(checkpoint_dir, BACKUP_SUBDIR), check_every=check_every,

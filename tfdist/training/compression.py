@@ -25,10 +25,15 @@ Example:
     ...   model.compile(optimizer=compress_gradients(keras.optimizers.SGD(0.1)), loss=...)
 """
 
+from typing import TYPE_CHECKING
+
 import tensorflow as tf
 
 from tfdist import _keras_support as keras_support
 from tfdist.internals import tensorflow as tf_internals
+
+if TYPE_CHECKING:  # Annotations only: Keras 3 alone has no tf_keras.
+  import tf_keras
 
 DTYPES = ("float16",)
 INITIAL_WIRE_SCALE = 2.0 ** 12  # Sums of gradients up to 16 fit; smaller ones keep digits.

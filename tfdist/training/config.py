@@ -66,8 +66,14 @@ class TrainConfig:
 
   def __post_init__(self):
     self._check_local_sgd()
-    if self.keras == keras_support.TF_KERAS and not keras_support.tf_keras_installed():
-      raise ValueError(str(keras_support.tf_keras_missing(f"keras={self.keras!r}")))
+    if not keras_support.tf_keras_installed():  # Keras 3 alone: refused before anything starts.
+      needs = {f"keras={self.keras!r}": self.keras == keras_support.TF_KERAS,
+               "compress_gradients=True": self.compress_gradients,
+               "evaluator=True (its checkpoints and evaluation are tf_keras's)": self.evaluator}
+      for what, used in needs.items():
+        if used:
+          raise ValueError(str(keras_support.tf_keras_missing(
+              what, keras3_instead=what.startswith("keras="))))
     if self.evaluator and (not self.checkpoint_dir or self.strategy not in MULTI_WORKER):
       raise ValueError(
           "`evaluator` adds an evaluator task to the cluster of multi_worker_mirrored or "

@@ -33,6 +33,7 @@ import types
 from tfdist import _keras_support as keras_support
 
 INSTALLED = "one all-reduce per step"
+_NOT_TF_KERAS = "Keras's own step kept: not a tf_keras model (Keras 3 has its own trainer)"
 
 
 def synchronise_once(model, strategy) -> str:
@@ -46,7 +47,9 @@ def synchronise_once(model, strategy) -> str:
   Returns:
     `INSTALLED`, or why Keras's own step was kept.
   """
-  import tf_keras  # Not at the top: importing tfdist must not load TF or Keras.
+  tf_keras = keras_support.optional_tf_keras()  # Here, not at the top: no Keras on import.
+  if tf_keras is None:  # Keras 3 alone.
+    return _NOT_TF_KERAS
   if getattr(vars(model).get("train_step"), "__func__", None) is _train_step:
     return INSTALLED  # Already.
   if isinstance(model, tf_keras.Model):
@@ -61,7 +64,7 @@ def synchronise_once(model, strategy) -> str:
 
 def _reason_not(model, strategy, tf_keras) -> str:
   if not isinstance(model, tf_keras.Model):
-    return "Keras's own step kept: not a tf_keras model (Keras 3 has its own trainer)"
+    return _NOT_TF_KERAS
   if type(model).train_step is not tf_keras.Model.train_step or \
       "train_step" in vars(model):
     return "Keras's own step kept: the model has its own train_step"

@@ -43,9 +43,9 @@ def checkpoint_callback(checkpoint_dir: str, model=None):
   Raises:
     ValueError: `model` is a Keras 3 model.
   """
-  import tf_keras  # Not at the top: importing tfdist must not load Keras.
   if model is not None:
     _refuse_keras3(model)
+  tf_keras = keras_support.require_tf_keras("the evaluator's checkpoints")
   return tf_keras.callbacks.ModelCheckpoint(os.path.join(checkpoint_dir, CHECKPOINT_NAME),
                                             save_weights_only=True)
 
@@ -65,8 +65,8 @@ def evaluate_checkpoints(model, data, checkpoint_dir: str, *, last_epoch: int,
   Raises:
     ValueError: `model` is a Keras 3 model, or not compiled.
   """
-  import tf_keras  # Not at the top: importing tfdist must not load Keras.
   _refuse_keras3(model)
+  tf_keras = keras_support.require_tf_keras("the evaluator")
   if model.optimizer is None:
     raise ValueError("The evaluator's model must be compiled (with the training's optimizer "
                      "type: its step count is the results' x-axis). Received: an uncompiled "

@@ -416,7 +416,7 @@ class KubernetesLauncher(launcher_lib.Launcher):
     self.manifest = ManifestOptions(
         image=image, name=name, namespace=namespace,
         # The option, else tf_keras: this machine's environment stays out of manifests.
-        keras=task_keras.resolve(options.keras, {}),
+        keras=task_keras.resolve(options.keras, {}, here=False),
         # Any value journals: in a pod the journal lives on the pod's own volume.
         data_journal=bool(options.data_work_dir), run_as_user=run_as_user,
         network_policy=network_policy, max_restarts=options.max_restarts,
