@@ -51,6 +51,7 @@ def test_compare_without_tf_keras_refuses_it_by_name_before_training():
   assert result.stdout.startswith(
       "tfdist compare: --keras=tf_keras needs tf_keras, which is not installed. Install the "
       "one of your TensorFlow's minor version"), result.stdout[-3000:]
+  assert ", or use Keras 3 (`import keras`; `--keras=keras3`)." in result.stdout
 
 
 def test_compare_names_the_valid_sync_intervals():

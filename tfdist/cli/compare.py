@@ -102,7 +102,8 @@ def main(argv):
   del argv
   kerases = _KERAS.value or [keras_support.default_keras()]
   if keras_support.TF_KERAS in kerases and not keras_support.tf_keras_installed():
-    print(f"tfdist compare: {keras_support.tf_keras_missing('--keras=tf_keras')}", file=sys.stderr)
+    missing = keras_support.tf_keras_missing("--keras=tf_keras", keras3_instead=True)
+    print(f"tfdist compare: {missing}", file=sys.stderr)
     return 2
   runs = [(keras, name, "", [], None) for keras in kerases for name in _STRATEGIES.value]
   runs += [(keras, name, label, extra, env) for keras in kerases

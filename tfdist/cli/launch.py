@@ -67,7 +67,7 @@ _KERAS = flags.DEFINE_enum(
     "The Keras `tf.keras` is in the tasks: tf_keras trains with every strategy. Default: "
     "TF_USE_LEGACY_KERAS if set, else tf_keras where it is installed, else keras3 (as "
     "TensorFlow makes it). Either way, `import keras` code trains "
-    "under multi-worker MultiWorkerMirroredStrategy (README: Which Keras).")
+    "under multi-worker MultiWorkerMirroredStrategy (docs/guides/keras.md).")
 _TRAINS_ALONE = flags.DEFINE_enum(
     "trains_alone", None, list(trains_alone.MODES), "A task whose script would train alone "
     "(MirroredStrategy, no strategy...) under the multi-worker cluster, and a job in which no "
