@@ -44,8 +44,9 @@ resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_
 
 
 def _group(pgid: int) -> list:
-  """The pids of process group `pgid` (from /proc: field 5 of each process's stat)."""
-  pids = []
+  """The pids of process group `pgid`, children before their parents (from /proc: the parent
+  and the group are fields 4 and 5 of each process's stat)."""
+  parents = {}
   for entry in filter(str.isdigit, os.listdir("/proc")):
     try:
       with open(f"/proc/{entry}/stat") as f:
@@ -53,8 +54,14 @@ def _group(pgid: int) -> list:
     except (OSError, IndexError):
       continue
     if int(fields[2]) == pgid:
-      pids.append(int(entry))
-  return sorted(pids)
+      parents[int(entry)] = int(fields[1])
+
+  def depth(pid):
+    steps = 0
+    while parents.get(pid) in parents:
+      pid, steps = parents[pid], steps + 1
+    return steps
+  return sorted(parents, key=lambda pid: (-depth(pid), pid))
 
 
 def _abort_group(process: subprocess.Popen) -> None:
@@ -64,7 +71,8 @@ def _abort_group(process: subprocess.Popen) -> None:
   to stderr on SIGABRT from its own C handler, so a thread blocked in
   TensorFlow's C++ cannot stop it; a test that times out then shows where it
   waited instead of the last lines it printed. One process at a time, so that
-  their stacks do not interleave in the output they share.
+  their stacks do not interleave in the output they share; children first, since a
+  task that dies with its parent (`tfdist task`, the launchers) is gone once it is.
   """
   for pid in _group(process.pid):
     try:
