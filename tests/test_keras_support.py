@@ -248,11 +248,17 @@ def test_a_keras3_job_runs_without_tf_keras_and_only_tf_keras_parts_name_the_fix
   assert out["doctor_xla"] == {"every strategy": "not measured: this check needs tf_keras, "
                                + out["doctor_xla"]["every strategy"].split(", ", 1)[1]}
   errors = out["errors"]
-  assert set(errors) == {"tfdist.keras", "tfdist.placement", "sparsification",
-                         "compress_gradients", "BackupAndRestore", "WarmUp"}, errors
+  assert set(errors) == {"tfdist.keras", "SplitDense", "place_layers", "sparsification",
+                         "import sparsification", "compress_gradients", "BackupAndRestore",
+                         "WarmUp"}, errors
+  # Before: importing tfdist.placement failed, Keras 3's layer in it too; and importing
+  # sparsification directly ended in Python's "No module named 'tf_keras'".
+  assert out["keras3_split_dense"] == [2, 3]
   for name, what in [("tfdist.keras", "tfdist.keras is tf_keras"),
-                     ("tfdist.placement", "tfdist.placement needs tf_keras"),
+                     ("SplitDense", "tfdist.placement.SplitDense needs tf_keras"),
+                     ("place_layers", "tfdist.placement.place_layers needs tf_keras"),
                      ("sparsification", "tfdist.training.sparsification needs tf_keras"),
+                     ("import sparsification", "tfdist.training.sparsification needs tf_keras"),
                      ("compress_gradients", "compress_gradients needs tf_keras"),
                      ("BackupAndRestore",
                       "tfdist.training.checkpoints.BackupAndRestore needs tf_keras"),

@@ -109,3 +109,32 @@ def test_the_watch_and_profile_flags_reach_every_pod_of_every_kind(kind):
       "launch", f"--kubernetes={kind}", "--image=img:1", "--workers=2", "--", "python",
       "train.py"), timeout=60, env={"TFDIST_STALL_TIMEOUT": "999"})
   assert "TFDIST_STALL_TIMEOUT" not in plain.stdout  # This machine's environment stays out.
+
+
+def test_without_tf_keras_a_local_launch_that_chooses_it_is_refused_before_any_task_starts(
+    tmp_path):
+  # Keras 3 alone. Before: each task started with TF_USE_LEGACY_KERAS=1 and failed inside
+  # TensorFlow at its first `tf.keras`, once per task and after the cluster formed.
+  env = helpers.without_tf_keras()
+  started = tmp_path / "started"
+  command = ["--", "touch", str(started)]
+  for flags, extra_env, what in [(["--keras=tf_keras"], {}, "--keras=tf_keras"),
+                                 ([], {"TF_USE_LEGACY_KERAS": "1"}, "TF_USE_LEGACY_KERAS=1"),
+                                 ([], {"TF_USE_LEGACY_KERAS": "true"}, "TF_USE_LEGACY_KERAS=true")]:
+    refused = helpers.run(helpers.tfdist_cli("launch", "--workers=2", *flags, *command),
+                          timeout=60, env={**env, **extra_env})
+    assert refused.returncode == 2, refused.stdout[-3000:]
+    assert refused.stdout.strip().splitlines()[-1].startswith(
+        f"tfdist launch: {what} needs tf_keras, which is not installed. Install the one of "
+        "your TensorFlow's minor version: pip install 'tf-keras=="), refused.stdout
+    assert "or use Keras 3 (`import keras`; `--keras=keras3`)" in refused.stdout
+    assert not started.exists()
+  # Keras 3 by default there; and a manifest's image is not this machine: not refused.
+  launched = helpers.run(helpers.tfdist_cli("launch", "--workers=2", *command), timeout=60,
+                         env=env)
+  assert launched.returncode == 0 and started.exists(), launched.stdout[-3000:]
+  printed = helpers.run(helpers.tfdist_cli("launch", "--workers=2", "--keras=tf_keras",
+                                           "--kubernetes=jobset", "--image=example/train:1",
+                                           "--", "python", "train.py"), timeout=60, env=env)
+  assert printed.returncode == 0, printed.stdout[-3000:]
+  assert "name: TF_USE_LEGACY_KERAS" in printed.stdout

@@ -2,9 +2,11 @@
 
 Run with `helpers.without_tf_keras()`. Under MirroredStrategy a Keras 3 model fits with
 tfdist's backup, is saved once and exported; `tfdist.Loop` trains it; then each part that
-only tf_keras runs is used, and what it raised is recorded.
+only tf_keras runs is used, and what it raised is recorded; `Keras3SplitDense`, from
+the same `tfdist.placement`, is used too.
 """
 
+import importlib
 import json
 import os
 import sys
@@ -44,10 +46,17 @@ from tfdist import _doctor  # pylint: disable=g-import-not-at-top
 result["doctor_xla"] = dict(dict(_doctor.diagnose({}, check_xla=True).sections)[
     "jit_compile=True (XLA) x strategy"])
 
+# tfdist.placement imports: its Keras 3 layer needs no tf_keras.
+split = tfdist.placement.Keras3SplitDense(3, ["/cpu:0", "/cpu:0"])
+result["keras3_split_dense"] = list(split(x[:2]).shape)
+
 uses = {
     "tfdist.keras": lambda: tfdist.keras,
-    "tfdist.placement": lambda: tfdist.placement,
+    "SplitDense": lambda: tfdist.placement.SplitDense(4, ["/cpu:0"]),
+    "place_layers": lambda: tfdist.placement.place_layers(model, ["/cpu:0"]),
     "sparsification": lambda: training.sparsification,
+    # Imported directly, not through tfdist.training's attribute.
+    "import sparsification": lambda: importlib.import_module("tfdist.training.sparsification"),
     "compress_gradients": lambda: training.compression.compress_gradients(
         keras.optimizers.SGD(0.1)),
     "BackupAndRestore": lambda: checkpoints.BackupAndRestore(folder),

@@ -3,6 +3,7 @@
 import os
 import re
 import shutil
+import sys
 
 import pytest
 
@@ -28,6 +29,23 @@ def test_bad_choices_name_the_field_and_the_value():
   with pytest.raises(ValueError, match=r"`TF_USE_LEGACY_KERAS` must be 1 .* "
                                        r"Received: TF_USE_LEGACY_KERAS='yes'"):
     task_keras.resolve(None, {"TF_USE_LEGACY_KERAS": "yes"})
+
+
+def test_tf_keras_chosen_for_tasks_here_without_it_is_refused_naming_the_choice(monkeypatch):
+  # Keras 3 alone here (import tf_keras fails): the default is Keras 3, and each way of
+  # choosing tf_keras is named with both fixes. With tf_keras installed, nothing is refused.
+  assert task_keras.resolve_here("tf_keras", {}) == "tf_keras"
+  monkeypatch.setitem(sys.modules, "tf_keras", None)
+  assert task_keras.resolve_here(None, {}) == "keras3"
+  assert task_keras.resolve_here(None, {"TF_USE_LEGACY_KERAS": "0"}) == "keras3"
+  for keras, environ, what in [("tf_keras", {}, "--keras=tf_keras"),
+                               (None, {"TF_USE_LEGACY_KERAS": "True"}, "TF_USE_LEGACY_KERAS=True")]:
+    with pytest.raises(ValueError, match=rf"^{re.escape(what)} needs tf_keras, which is not "
+                                         r"installed\. Install .*, or use Keras 3 .*"
+                                         r"Received: no module named 'tf_keras'$"):
+      task_keras.resolve_here(keras, environ)
+  # A manifest's image is not this machine: resolve alone refuses nothing.
+  assert task_keras.resolve("tf_keras", {}) == "tf_keras"
 
 
 def test_the_shim_goes_first_on_the_python_path_once():

@@ -219,12 +219,8 @@ def _run_forwarding_signals(command, env) -> int:
 def main(argv):
   del argv  # No positional arguments.
   try:
-    keras = task_keras.resolve(_KERAS.value)  # A TF_USE_LEGACY_KERAS neither 1 nor 0 raises.
-    if keras == keras_support.TF_KERAS and not keras_support.tf_keras_installed():
-      # Keras 3 alone: name where the choice of tf_keras came from.
-      chosen = ("--keras=tf_keras" if _KERAS.value else
-                f"{task_keras.LEGACY_KERAS_ENV}={os.environ[task_keras.LEGACY_KERAS_ENV]}")
-      raise ValueError(str(keras_support.tf_keras_missing(chosen, keras3_instead=True)))
+    # A TF_USE_LEGACY_KERAS neither 1 nor 0 raises, and tf_keras chosen where it is missing.
+    keras = task_keras.resolve_here(_KERAS.value)
     # `tf.keras` in a --model module resolves to the same Keras, here and in the tasks.
     keras_support.select(keras)
     config = _config(keras)  # The job's rules, checked once, before anything starts.

@@ -12,10 +12,14 @@ Example:
     {'/cpu:0': ['dense'], '/cpu:1': ['dense_1']}
 """
 
-from typing import Dict, List, Sequence
+from typing import TYPE_CHECKING, Dict, List, Sequence
 
 import tensorflow as tf
-import tf_keras
+
+from tfdist import _keras_support as keras_support
+
+if TYPE_CHECKING:  # Annotations only: Keras 3 alone has no tf_keras.
+  import tf_keras
 
 
 def split_layers(num_layers: int, num_devices: int) -> List[range]:
@@ -38,7 +42,7 @@ def split_layers(num_layers: int, num_devices: int) -> List[range]:
   return blocks
 
 
-class PlacedSequential(tf_keras.Model):
+class PlacedSequential(keras_support.tf_keras_base("Model", "tfdist.placement.PlacedSequential")):
   """A sequential model whose consecutive blocks of layers live on different devices.
 
   This is model parallelism: each device holds only its block's variables and
@@ -64,7 +68,7 @@ class PlacedSequential(tf_keras.Model):
       {'/cpu:0': ['dense'], '/cpu:1': ['dense_1']}
   """
 
-  def __init__(self, layers: Sequence[tf_keras.layers.Layer], devices: Sequence[str],
+  def __init__(self, layers: Sequence["tf_keras.layers.Layer"], devices: Sequence[str],
                *, micro_batches: int = 1, **kwargs):
     super().__init__(**kwargs)
     if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) \
@@ -145,7 +149,7 @@ def _block_on(device: str, layers, x, training):
     return block(x)
 
 
-def place_layers(model: tf_keras.Sequential, devices: Sequence[str], *,
+def place_layers(model: "tf_keras.Sequential", devices: Sequence[str], *,
                  micro_batches: int = 1) -> PlacedSequential:
   """Model parallelism for a `Sequential`: its layers, in blocks, on `devices`.
 
@@ -156,6 +160,7 @@ def place_layers(model: tf_keras.Sequential, devices: Sequence[str], *,
     TypeError: `model` is not a tf_keras Sequential.
     ValueError: fewer layers than devices.
   """
+  tf_keras = keras_support.require_tf_keras("tfdist.placement.place_layers")
   if not isinstance(model, tf_keras.Sequential):
     raise TypeError(
         "place_layers takes a tfdist.keras.Sequential model. "

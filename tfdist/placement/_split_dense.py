@@ -30,7 +30,8 @@ from typing import List, Sequence
 
 import numpy as np
 import tensorflow as tf
-import tf_keras
+
+from tfdist import _keras_support as keras_support
 
 SPLITS = ("columns", "rows")
 
@@ -95,7 +96,9 @@ class SplitDenseMethods:
     return _config(self._keras, self, super().get_config())
 
 
-class SplitDense(SplitDenseMethods, tf_keras.layers.Layer):
+# Keras 3 alone: the module imports (Keras3SplitDense shares it); SplitDense says what to install.
+class SplitDense(SplitDenseMethods, keras_support.tf_keras_base("layers.Layer",
+                                                                "tfdist.placement.SplitDense")):
   """A `Dense` layer whose kernel is split over `devices`, by output columns or input rows.
 
   It computes what `keras.layers.Dense(units, activation, use_bias)` computes,
@@ -133,7 +136,7 @@ class SplitDense(SplitDenseMethods, tf_keras.layers.Layer):
       >>> split = SplitDense.from_dense(trained_dense, ["/cpu:0", "/cpu:1"], split="rows")
   """
 
-  _keras = tf_keras
+  _keras = keras_support.optional_tf_keras()
   _dense_name = "tfdist.keras.layers.Dense"
 
   def __call__(self, inputs, *args, **kwargs):

@@ -63,6 +63,25 @@ def resolve(keras: Optional[str] = None, environ: Optional[Mapping[str, str]] = 
                    f"Received: {LEGACY_KERAS_ENV}={value!r}")
 
 
+def resolve_here(keras: Optional[str] = None,
+                 environ: Optional[Mapping[str, str]] = None) -> str:
+  """`resolve(keras, environ)` for tasks that run with this machine's packages.
+
+  Raises:
+    ValueError: the choice is tf_keras and tf_keras is not installed here (Keras 3
+      alone, as TensorFlow 2.16 and later install it); the message names where the
+      choice came from (`keras` or TF_USE_LEGACY_KERAS) and both fixes. Without
+      this, every task would fail inside TensorFlow at its first `tf.keras`.
+  """
+  environ = os.environ if environ is None else environ
+  chosen = resolve(keras, environ)
+  if chosen == keras_support.TF_KERAS and not keras_support.tf_keras_installed():
+    source = ("--keras=tf_keras" if keras else
+              f"{LEGACY_KERAS_ENV}={environ.get(LEGACY_KERAS_ENV)}")
+    raise ValueError(str(keras_support.tf_keras_missing(source, keras3_instead=True)))
+  return chosen
+
+
 def variables(keras: Optional[str] = None,
               environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
   """The variables a task's environment gets for `keras` (see the module doc)."""

@@ -29,9 +29,12 @@ from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
-import tf_keras
 
+from tfdist import _keras_support as keras_support
 from tfdist.training import compression
+
+# Keras 3 alone: importing this module names what to install.
+tf_keras = keras_support.require_tf_keras(__name__)
 
 METHODS = ("top_k", "int8")
 
@@ -49,9 +52,9 @@ def wire_bytes(variables: Sequence[tf.Variable], *, method: str, fraction: float
   return sum(size + 4 for size in sizes)
 
 
-def sparsify_gradients(optimizer: tf_keras.optimizers.Optimizer,
+def sparsify_gradients(optimizer: "tf_keras.optimizers.Optimizer",
                        variables: Sequence[tf.Variable], *, method: str = "top_k",
-                       fraction: float = 0.01) -> tf_keras.optimizers.Optimizer:
+                       fraction: float = 0.01) -> "tf_keras.optimizers.Optimizer":
   """Makes `optimizer` exchange `variables`' gradients by `method`; returns the same optimizer.
 
   Call it inside `strategy.scope()` with the model built: each replica keeps a
