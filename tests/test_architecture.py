@@ -356,7 +356,7 @@ LAYERS = (
     # progress rows are what strategies, data and training report to.
     ("strategies", "data", "task"),
     ("_keras_support", "devices", "placement", "cluster", "_folders"),
-    ("internals", "output", "_registry", "_choices", "_stack", "_variables"),
+    ("internals", "output", "_registry", "_choices", "_stack", "_variables", "_barrier"),
 )
 
 

@@ -248,7 +248,8 @@ def test_a_keras3_job_runs_without_tf_keras_and_only_tf_keras_parts_name_the_fix
   assert out["doctor_xla"] == {"every strategy": "not measured: this check needs tf_keras, "
                                + out["doctor_xla"]["every strategy"].split(", ", 1)[1]}
   errors = out["errors"]
-  assert set(errors) == {"tfdist.keras", "SplitDense", "place_layers", "sparsification",
+  assert set(errors) == {"tfdist.keras", "SplitDense", "SplitDense.from_dense", "place_layers",
+                         "PlacedSequential.from_config", "sparsification",
                          "import sparsification", "compress_gradients", "BackupAndRestore",
                          "WarmUp"}, errors
   # Before: importing tfdist.placement failed, Keras 3's layer in it too; and importing
@@ -256,7 +257,10 @@ def test_a_keras3_job_runs_without_tf_keras_and_only_tf_keras_parts_name_the_fix
   assert out["keras3_split_dense"] == [2, 3]
   for name, what in [("tfdist.keras", "tfdist.keras is tf_keras"),
                      ("SplitDense", "tfdist.placement.SplitDense needs tf_keras"),
+                     ("SplitDense.from_dense", "tfdist.placement.SplitDense needs tf_keras"),
                      ("place_layers", "tfdist.placement.place_layers needs tf_keras"),
+                     ("PlacedSequential.from_config",
+                      "tfdist.placement.PlacedSequential needs tf_keras"),
                      ("sparsification", "tfdist.training.sparsification needs tf_keras"),
                      ("import sparsification", "tfdist.training.sparsification needs tf_keras"),
                      ("compress_gradients", "compress_gradients needs tf_keras"),

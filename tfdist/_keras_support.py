@@ -243,6 +243,11 @@ class _NeedsTfKeras:
     del args, kwargs
     raise tf_keras_missing(self._what)
 
+  @classmethod
+  def from_config(cls, *args, **kwargs):  # Keras builds a saved layer or model from its class.
+    del args, kwargs
+    raise tf_keras_missing(cls._what)
+
 
 def model_flavour(model) -> str:
   """KERAS3 or TF_KERAS: the Keras that built `model`."""

@@ -3,6 +3,7 @@
 import dataclasses
 import io
 import os
+import sys
 
 import pytest
 import yaml
@@ -103,6 +104,29 @@ def test_the_tasks_get_the_watch_the_profile_and_the_trains_alone_mode_from_the_
   assert launch.LaunchOptions().environment() == {**os.environ,
                                                   **task_keras.variables(None, os.environ)}
   assert launch.LaunchOptions(profile="").task_variables() == {}
+
+
+def test_tf_keras_chosen_where_it_is_missing_is_refused_where_the_tasks_run_this_python(
+    monkeypatch, tmp_path):
+  # Keras 3 alone. The local and SLURM launchers' tasks import this machine's packages:
+  # refused before anything starts. Ray's workers and a manifest's pods have their own.
+  monkeypatch.setitem(sys.modules, "tf_keras", None)
+  started = tmp_path / "started"
+  for options, what in [(launch.LaunchOptions(keras="tf_keras"), "--keras=tf_keras"),
+                        (launch.LaunchOptions(env={**os.environ, "TF_USE_LEGACY_KERAS": "1"}),
+                         "TF_USE_LEGACY_KERAS=1")]:
+    for name in ("local", "slurm"):
+      quiet = dataclasses.replace(options, output=io.StringIO())
+      with pytest.raises(ValueError, match=rf"^{what} needs tf_keras, which is not installed"):
+        launch.make_launcher(name, quiet).launch(["touch", str(started)],
+                                                 launcher.Job(workers=2))
+    assert options.environment()["TF_USE_LEGACY_KERAS"] == "1"  # Not here: not refused.
+  assert not started.exists()
+  # Where Keras 3 is chosen or left to the default, the same launch runs.
+  for options in (launch.LaunchOptions(keras="keras3"), launch.LaunchOptions()):
+    assert launch.make_launcher("local", dataclasses.replace(options, output=io.StringIO())
+                                ).launch(["touch", str(started)], launcher.Job(workers=1)) == 0
+  assert started.exists()
 
 
 def test_a_launch_error_carries_the_exit_code_tfdist_launch_gives():

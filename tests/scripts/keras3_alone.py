@@ -53,7 +53,10 @@ result["keras3_split_dense"] = list(split(x[:2]).shape)
 uses = {
     "tfdist.keras": lambda: tfdist.keras,
     "SplitDense": lambda: tfdist.placement.SplitDense(4, ["/cpu:0"]),
+    "SplitDense.from_dense": lambda: tfdist.placement.SplitDense.from_dense(
+        model.layers[0], ["/cpu:0"]),
     "place_layers": lambda: tfdist.placement.place_layers(model, ["/cpu:0"]),
+    "PlacedSequential.from_config": lambda: tfdist.placement.PlacedSequential.from_config({}),
     "sparsification": lambda: training.sparsification,
     # Imported directly, not through tfdist.training's attribute.
     "import sparsification": lambda: importlib.import_module("tfdist.training.sparsification"),

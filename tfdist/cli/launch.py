@@ -142,8 +142,6 @@ def main(argv):
     job = launch_lib.Job(workers=_WORKERS.value, ps=_PS.value, chief=_CHIEF.value,
                          evaluator=_EVALUATOR.value, data_workers=_DATA_WORKERS.value)
     name = _backend()
-    if name == "local":  # The tasks import this machine's packages.
-      task_keras.resolve_here(_KERAS.value)
     options = launch_lib.LaunchOptions(
         timeout=_TIMEOUT.value, max_restarts=_MAX_RESTARTS.value,
         grace_period=_GRACE_PERIOD.value, keras=_KERAS.value,

@@ -176,8 +176,8 @@ def _patch_backup(cls, on_restore):
         return original(self, logs)
       strategy = _strategy(self)
       # A barrier: every worker's last save is done before the chief deletes the backup.
-      import tensorflow as tf
-      strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+      from tfdist import _barrier  # pylint: disable=import-outside-toplevel
+      _barrier.barrier(strategy)
       if strategy.extended.should_checkpoint:  # One deleter, not a race.
         original(self, logs)
     return patched

@@ -128,14 +128,21 @@ class LaunchOptions:
                                         else self.profile_dir)
     return out
 
-  def environment(self) -> Dict[str, str]:
+  def environment(self, *, here: bool = False) -> Dict[str, str]:
     """The tasks' environment: `env` (or this process's) with `task_variables()`, and the
     tasks' Keras with tfdist's task site first on PYTHONPATH (`tfdist.task._keras`).
 
+    `here`: the tasks import this machine's packages (the local launcher; SLURM's
+    tasks run this Python), so tf_keras chosen where it is not installed is refused
+    now, before every task would fail at its first `tf.keras`.
+
     Raises:
-      ValueError: a TF_USE_LEGACY_KERAS in `env` that is neither 1 nor 0.
+      ValueError: a TF_USE_LEGACY_KERAS in `env` that is neither 1 nor 0; with `here`,
+        tf_keras chosen (`keras` or TF_USE_LEGACY_KERAS) and not installed.
     """
     base = os.environ if self.env is None else self.env
+    if here:
+      task_keras.resolve_here(self.keras, base)
     return {**base, **self.task_variables(), **task_keras.variables(self.keras, base)}
 
 

@@ -75,7 +75,8 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec,
     task's exit code (negative for a signal), TIMEOUT_EXIT_CODE, or STALL_EXIT_CODE.
 
   Raises:
-    ValueError: empty command, a bad network, ps tasks without a chief, or
+    ValueError: empty command, a bad network, ps tasks without a chief, tf_keras
+      chosen where it is not installed (`LaunchOptions.environment`), or
       a bad TFDIST_TRAINS_ALONE (see `tfdist.task._trains_alone`; a job in which no
       two tasks joined a collective is named at its end).
     LaunchError: the command cannot be started (e.g. not found; `CannotStart`).
@@ -98,7 +99,8 @@ def launch_local(command: Sequence[str], spec: cluster_lib.ClusterSpec,
         "A parameter-server cluster needs a chief: only the chief runs the training "
         "program, and its exit ends the job. Build the spec with chief=True, e.g. "
         f"ClusterSpec.local(workers=2, ps=1, chief=True). Received: {spec}")
-  env = threads.share_cores(spec, options.environment())  # Each task its share of the cores' threads.
+  # Each task its share of the cores' threads; the tasks import this machine's packages.
+  env = threads.share_cores(spec, options.environment(here=True))
   trains_alone.mode(env)  # A bad TFDIST_TRAINS_ALONE fails now, not after the job.
   # Checked here: behind `nsenter`, a missing program would only be exit code 127.
   path = env.get("PATH")

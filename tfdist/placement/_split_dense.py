@@ -90,6 +90,8 @@ class SplitDenseMethods:
     Raises:
       TypeError: `layer` is not a Dense of the same Keras.
     """
+    if cls._keras is None:  # SplitDense where tf_keras is not installed.
+      raise keras_support.tf_keras_missing(f"tfdist.placement.{cls.__name__}")
     return _from_dense(cls, cls._keras, cls._dense_name, layer, devices, split)
 
   def get_config(self):

@@ -34,6 +34,7 @@ from tfdist.data import replay
 from tfdist.internals import keras as keras_internals
 from tfdist.internals import tensorflow as tf_internals
 from tfdist.internals import tf_keras as tf_keras_internals
+from tfdist import _barrier as barrier
 from tfdist.training import _local_sgd as local_sgd
 from tfdist.training import preemption
 
@@ -453,7 +454,7 @@ def _keras3_backup_class():
       strategy = self.model.distribute_strategy
       # A barrier (one tiny all-reduce): every worker's last save, whose temporary
       # folder is inside the backup, is done before the chief deletes it all.
-      strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+      barrier.barrier(strategy)
       if is_chief(strategy):  # One deleter, not a race.
         super().on_train_end(logs)
 

@@ -282,7 +282,7 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
   output, timeout = options.output or sys.stdout, options.timeout
   render_options.update(max_restarts=options.max_restarts,
                         data_work_dir=options.data_work_dir)
-  env = options.environment()
+  env = options.environment(here=True)  # The tasks run this Python (`render`).
   # A bad TFDIST_TRAINS_ALONE or TFDIST_STALL_TIMEOUT fails now, not after the job or in every task.
   trains_alone.mode(env)
   watchdog.resolve_timeout(None, ntasks, env)
