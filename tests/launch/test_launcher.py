@@ -112,7 +112,7 @@ def test_tf_keras_chosen_where_it_is_missing_is_refused_where_the_tasks_run_this
   # refused before anything starts. Ray's workers and a manifest's pods have their own.
   monkeypatch.setitem(sys.modules, "tf_keras", None)
   started = tmp_path / "started"
-  for options, what in [(launch.LaunchOptions(keras="tf_keras"), "--keras=tf_keras"),
+  for options, what in [(launch.LaunchOptions(keras="tf_keras"), "keras='tf_keras'"),
                         (launch.LaunchOptions(env={**os.environ, "TF_USE_LEGACY_KERAS": "1"}),
                          "TF_USE_LEGACY_KERAS=1")]:
     for name in ("local", "slurm"):

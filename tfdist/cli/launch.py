@@ -142,6 +142,8 @@ def main(argv):
     job = launch_lib.Job(workers=_WORKERS.value, ps=_PS.value, chief=_CHIEF.value,
                          evaluator=_EVALUATOR.value, data_workers=_DATA_WORKERS.value)
     name = _backend()
+    if name in ("local", "slurm"):  # As the launcher would refuse it, with the flag's name.
+      task_keras.resolve_here(_KERAS.value)
     options = launch_lib.LaunchOptions(
         timeout=_TIMEOUT.value, max_restarts=_MAX_RESTARTS.value,
         grace_period=_GRACE_PERIOD.value, keras=_KERAS.value,

@@ -79,12 +79,17 @@ def run_for_result(name: str, module: ModuleType, spec: ClusterSpec, *, timeout:
 
   `result_flag`: the command's internal flag the task is given the path in.
   Returns None, after printing the command that shows the cluster's output,
-  when the cluster failed or wrote nothing.
+  when the cluster failed or wrote nothing; or after printing why the cluster
+  could not start (e.g. TF_USE_LEGACY_KERAS=1 where tf_keras is not installed).
   """
-  with open(os.devnull, "w") as quiet:
-    code, result = result_channel.run_for_json(lambda path: run(
-        name, module, spec, timeout=timeout, output=quiet,
-        extra_flags=[*extra_flags, f"--{result_flag}={path}"]))
+  try:
+    with open(os.devnull, "w") as quiet:
+      code, result = result_channel.run_for_json(lambda path: run(
+          name, module, spec, timeout=timeout, output=quiet,
+          extra_flags=[*extra_flags, f"--{result_flag}={path}"]))
+  except ValueError as e:  # Refused before any task started: the reason, in one line.
+    print(f"tfdist {name}: {e}", file=sys.stderr)
+    return None
   if result is None:
     shown = " ".join(command(name, module, extra_flags)[1:])
     print(f"tfdist {name}: the {spec.num_workers}-worker cluster failed (exit code {code}); "

@@ -142,7 +142,7 @@ class LaunchOptions:
     """
     base = os.environ if self.env is None else self.env
     if here:
-      task_keras.resolve_here(self.keras, base)
+      task_keras.resolve_here(self.keras, base, given_as="keras='tf_keras'")
     return {**base, **self.task_variables(), **task_keras.variables(self.keras, base)}
 
 

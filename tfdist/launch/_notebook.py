@@ -65,6 +65,8 @@ def notebook_launch(function_or_script, *, workers: int = 2, ps: int = 0, chief:
   Raises:
     TypeError: neither a function nor a path.
     LaunchError: a task failed, timed out, or the cell was interrupted.
+    ValueError: without `ray`, tf_keras chosen (TF_USE_LEGACY_KERAS=1) where it is not
+      installed (`LaunchOptions.environment`).
   """
   job = launcher.Job(workers=workers, ps=ps, chief=chief)
   env = dict(os.environ)

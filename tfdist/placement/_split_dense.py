@@ -89,6 +89,7 @@ class SplitDenseMethods:
 
     Raises:
       TypeError: `layer` is not a Dense of the same Keras.
+      TfKerasNotInstalled: `SplitDense` where tf_keras is not installed.
     """
     if cls._keras is None:  # SplitDense where tf_keras is not installed.
       raise keras_support.tf_keras_missing(f"tfdist.placement.{cls.__name__}")

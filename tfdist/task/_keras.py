@@ -64,19 +64,21 @@ def resolve(keras: Optional[str] = None, environ: Optional[Mapping[str, str]] = 
 
 
 def resolve_here(keras: Optional[str] = None,
-                 environ: Optional[Mapping[str, str]] = None) -> str:
+                 environ: Optional[Mapping[str, str]] = None, *,
+                 given_as: str = "--keras=tf_keras") -> str:
   """`resolve(keras, environ)` for tasks that run with this machine's packages.
 
   Raises:
     ValueError: the choice is tf_keras and tf_keras is not installed here (Keras 3
       alone, as TensorFlow 2.16 and later install it); the message names where the
-      choice came from (`keras` or TF_USE_LEGACY_KERAS) and both fixes. Without
+      choice came from (`keras`, spelled `given_as`, or TF_USE_LEGACY_KERAS) and both
+      fixes. Without
       this, every task would fail inside TensorFlow at its first `tf.keras`.
   """
   environ = os.environ if environ is None else environ
   chosen = resolve(keras, environ)
   if chosen == keras_support.TF_KERAS and not keras_support.tf_keras_installed():
-    source = ("--keras=tf_keras" if keras else
+    source = (given_as if keras else
               f"{LEGACY_KERAS_ENV}={environ.get(LEGACY_KERAS_ENV)}")
     raise ValueError(str(keras_support.tf_keras_missing(source, keras3_instead=True)))
   return chosen

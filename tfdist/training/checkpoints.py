@@ -454,7 +454,8 @@ def _keras3_backup_class():
       strategy = self.model.distribute_strategy
       # A barrier (one tiny all-reduce): every worker's last save, whose temporary
       # folder is inside the backup, is done before the chief deletes it all.
-      barrier.barrier(strategy)
+      if tf_internals.is_multi_worker_mirrored(strategy):  # One process: nothing to wait for.
+        barrier.barrier(strategy)
       if is_chief(strategy):  # One deleter, not a race.
         super().on_train_end(logs)
 

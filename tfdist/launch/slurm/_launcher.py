@@ -276,7 +276,8 @@ def submit_and_wait(command: Sequence[str], *, ntasks: int, num_ps: int = 0,
 
   Raises:
     SlurmError: sbatch failed, e.g. no SLURM controller.
-    ValueError: a bad TFDIST_TRAINS_ALONE or TFDIST_STALL_TIMEOUT, or what `render` refuses.
+    ValueError: a bad TFDIST_TRAINS_ALONE or TFDIST_STALL_TIMEOUT, what `render` refuses,
+      or tf_keras chosen where it is not installed (`LaunchOptions.environment`).
   """
   options = options or launcher_lib.LaunchOptions()
   output, timeout = options.output or sys.stdout, options.timeout
