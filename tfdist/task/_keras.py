@@ -72,8 +72,8 @@ def resolve_here(keras: Optional[str] = None,
     ValueError: the choice is tf_keras and tf_keras is not installed here (Keras 3
       alone, as TensorFlow 2.16 and later install it); the message names where the
       choice came from (`keras`, spelled `given_as`, or TF_USE_LEGACY_KERAS) and both
-      fixes. Without
-      this, every task would fail inside TensorFlow at its first `tf.keras`.
+      fixes. Without this, every task would fail inside TensorFlow at its first
+      `tf.keras`.
   """
   environ = os.environ if environ is None else environ
   chosen = resolve(keras, environ)

@@ -27,6 +27,7 @@ from typing import Iterator, Optional
 
 import tensorflow as tf
 
+from tfdist import _barrier as barrier
 from tfdist import _folders as folders
 from tfdist import _keras_support as keras_support
 from tfdist.cluster import _grace as grace
@@ -34,7 +35,6 @@ from tfdist.data import replay
 from tfdist.internals import keras as keras_internals
 from tfdist.internals import tensorflow as tf_internals
 from tfdist.internals import tf_keras as tf_keras_internals
-from tfdist import _barrier as barrier
 from tfdist.training import _local_sgd as local_sgd
 from tfdist.training import preemption
 

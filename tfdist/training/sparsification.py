@@ -52,9 +52,9 @@ def wire_bytes(variables: Sequence[tf.Variable], *, method: str, fraction: float
   return sum(size + 4 for size in sizes)
 
 
-def sparsify_gradients(optimizer: "tf_keras.optimizers.Optimizer",
+def sparsify_gradients(optimizer: tf_keras.optimizers.Optimizer,
                        variables: Sequence[tf.Variable], *, method: str = "top_k",
-                       fraction: float = 0.01) -> "tf_keras.optimizers.Optimizer":
+                       fraction: float = 0.01) -> tf_keras.optimizers.Optimizer:
   """Makes `optimizer` exchange `variables`' gradients by `method`; returns the same optimizer.
 
   Call it inside `strategy.scope()` with the model built: each replica keeps a
